@@ -1,0 +1,534 @@
+//! Whole-document checks that serde cannot express. Every problem is collected; nothing
+//! stops at the first one.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+
+use serde_json::Value;
+
+use crate::pointer::Pointer;
+use crate::{BodyMapping, ConfigError, ProxyConfig, Template, ToolConfig, API_VERSION, KIND, MAX_TOOL_TIMEOUT_MS};
+
+/// Headers a tool may not set: hop-by-hop, framing, and the proxy's own provenance headers.
+pub const RESERVED_HEADERS: [&str; 11] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+    "traceparent",
+];
+
+/// The largest request body a config may allow (64 MiB).
+pub const MAX_BODY_LIMIT: u64 = 64 * 1024 * 1024;
+
+impl ProxyConfig {
+    /// Checks everything serde cannot: versions, addresses, URLs, tool names, schemas,
+    /// mappings and pointers. Returns every problem found.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errs = Vec::new();
+        if self.api_version != API_VERSION {
+            errs.push(ConfigError::new(
+                "apiVersion",
+                format!("must be `{API_VERSION}`, found `{}`", self.api_version),
+            ));
+        }
+        if self.kind != KIND {
+            errs.push(ConfigError::new(
+                "kind",
+                format!("must be `{KIND}`, found `{}`", self.kind),
+            ));
+        }
+        self.validate_server(&mut errs);
+        self.validate_upstream(&mut errs);
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, tool) in self.tools.iter().enumerate() {
+            let at = format!("tools[{i}] ({})", tool.name);
+            if let Some(first) = seen.insert(&tool.name, i) {
+                seen.insert(&tool.name, first);
+                errs.push(ConfigError::new(
+                    format!("{at}.name"),
+                    format!("duplicate tool name `{}` (first declared at tools[{first}])", tool.name),
+                ));
+            }
+            validate_tool(tool, &at, &mut errs);
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    }
+
+    fn validate_server(&self, errs: &mut Vec<ConfigError>) {
+        let s = &self.server;
+        let listen = check_addr(&s.listen, "server.listen", errs);
+        let admin = check_addr(&s.admin_listen, "server.adminListen", errs);
+        if let (Some(a), Some(b)) = (listen, admin) {
+            if a == b && a.port() != 0 {
+                errs.push(ConfigError::new("server.adminListen", "must differ from server.listen"));
+            }
+        }
+        if !s.path.starts_with('/') || s.path.contains(['?', '#', ' ']) {
+            errs.push(ConfigError::new(
+                "server.path",
+                format!("`{}` must be an absolute path such as `/mcp`", s.path),
+            ));
+        }
+        for (i, origin) in s.allowed_origins.iter().enumerate() {
+            if let Err(e) = check_origin(origin) {
+                errs.push(ConfigError::new(format!("server.allowedOrigins[{i}]"), e));
+            }
+        }
+        if s.max_body_bytes == 0 || s.max_body_bytes > MAX_BODY_LIMIT {
+            errs.push(ConfigError::new(
+                "server.maxBodyBytes",
+                format!("must be between 1 and {MAX_BODY_LIMIT}"),
+            ));
+        }
+        if s.session_ttl_seconds == 0 {
+            errs.push(ConfigError::new("server.sessionTtlSeconds", "must be at least 1"));
+        }
+        if s.max_sessions == 0 {
+            errs.push(ConfigError::new("server.maxSessions", "must be at least 1"));
+        }
+        if s.page_size == 0 || s.page_size > 1000 {
+            errs.push(ConfigError::new("server.pageSize", "must be between 1 and 1000"));
+        }
+        if s.name.trim().is_empty() {
+            errs.push(ConfigError::new("server.name", "must not be empty"));
+        }
+    }
+
+    fn validate_upstream(&self, errs: &mut Vec<ConfigError>) {
+        let u = &self.upstream;
+        if let Err(e) = check_base_url(&u.base_url) {
+            errs.push(ConfigError::new("upstream.baseUrl", e));
+        }
+        check_timeout(u.timeout_ms, "upstream.timeoutMs", errs);
+        check_timeout(u.connect_timeout_ms, "upstream.connectTimeoutMs", errs);
+        if u.max_response_bytes == 0 {
+            errs.push(ConfigError::new("upstream.maxResponseBytes", "must be at least 1"));
+        }
+    }
+}
+
+fn check_addr(text: &str, path: &str, errs: &mut Vec<ConfigError>) -> Option<SocketAddr> {
+    match text.parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            errs.push(ConfigError::new(
+                path,
+                format!("`{text}` is not an `ip:port` address (for example 127.0.0.1:8931)"),
+            ));
+            None
+        }
+    }
+}
+
+fn check_timeout(ms: u64, path: &str, errs: &mut Vec<ConfigError>) {
+    if ms == 0 || ms > MAX_TOOL_TIMEOUT_MS {
+        errs.push(ConfigError::new(
+            path,
+            format!(
+                "{ms} ms is out of range: use 1..={MAX_TOOL_TIMEOUT_MS} (clients give up on tools/call after 30 s)"
+            ),
+        ));
+    }
+}
+
+fn check_origin(origin: &str) -> Result<(), String> {
+    if origin == "*" {
+        return Ok(());
+    }
+    let (scheme, rest) = origin
+        .split_once("://")
+        .ok_or_else(|| format!("`{origin}` is not an origin: use `scheme://host[:port]` or `*`"))?;
+    if !matches!(scheme, "http" | "https") || rest.is_empty() || rest.contains(['/', '?', '#', ' ']) {
+        return Err(format!(
+            "`{origin}` is not an origin: use `http(s)://host[:port]` without a path"
+        ));
+    }
+    Ok(())
+}
+
+fn check_base_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!(
+            "`{url}` must start with `http://` (the upstream is a loopback sidecar port or an in-cluster Service)"
+        ));
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() || authority.contains('@') {
+        return Err(format!("`{url}` must name a host (and no user info)"));
+    }
+    if url.contains(['?', '#', ' ']) {
+        return Err(format!("`{url}` must not contain a query, fragment or space"));
+    }
+    if !url.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(format!("`{url}` must be printable ASCII"));
+    }
+    Ok(())
+}
+
+/// Whether `name` is a valid MCP tool name: 1-128 of `A-Z a-z 0-9 _ - .`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+fn validate_tool(tool: &ToolConfig, at: &str, errs: &mut Vec<ConfigError>) {
+    if !is_valid_tool_name(&tool.name) {
+        errs.push(ConfigError::new(
+            format!("{at}.name"),
+            "must be 1-128 characters of letters, digits, `_`, `-` or `.`",
+        ));
+    }
+    let declared = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), errs);
+    if let Some(out) = &tool.output_schema {
+        check_schema(out, &format!("{at}.outputSchema"), errs);
+    }
+    if let Some(role) = &tool.required_role {
+        if role.trim().is_empty() {
+            errs.push(ConfigError::new(
+                format!("{at}.requiredRole"),
+                "must not be empty when set",
+            ));
+        }
+    }
+    let required: BTreeSet<&str> = tool
+        .input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let check_vars = |template: &Template, path: String, errs: &mut Vec<ConfigError>| {
+        if let Some(props) = &declared {
+            for var in template.vars() {
+                if !props.contains(var) {
+                    errs.push(ConfigError::new(
+                        path.clone(),
+                        format!("placeholder `{{{var}}}` is not a property declared in inputSchema.properties"),
+                    ));
+                }
+            }
+        }
+    };
+
+    let http = &tool.http;
+    let path_at = format!("{at}.http.path");
+    match Template::parse(&http.path) {
+        Err(e) => errs.push(ConfigError::new(path_at, e.to_string())),
+        Ok(t) => {
+            if !http.path.starts_with('/') {
+                errs.push(ConfigError::new(path_at.clone(), "must start with `/`"));
+            }
+            for lit in t.literals() {
+                if lit.contains(['?', '#', ' ', '\r', '\n']) || !lit.is_ascii() {
+                    errs.push(ConfigError::new(
+                        path_at.clone(),
+                        "must be a plain ASCII path without `?`, `#` or spaces (put query parameters under `http.query`)",
+                    ));
+                    break;
+                }
+            }
+            if http.path.split('/').any(|seg| seg == ".." || seg == ".") {
+                errs.push(ConfigError::new(
+                    path_at.clone(),
+                    "must not contain `.` or `..` segments",
+                ));
+            }
+            check_vars(&t, path_at.clone(), errs);
+            for var in t.vars() {
+                if declared.as_ref().is_some_and(|d| d.contains(var)) && !required.contains(var) {
+                    errs.push(ConfigError::new(
+                        path_at.clone(),
+                        format!("placeholder `{{{var}}}` must be listed in inputSchema.required (a path segment cannot be left out)"),
+                    ));
+                }
+            }
+        }
+    }
+    for (name, value) in &http.query {
+        let p = format!("{at}.http.query.{name}");
+        if name.is_empty() {
+            errs.push(ConfigError::new(p.clone(), "query parameter names must not be empty"));
+        }
+        match Template::parse(value) {
+            Ok(t) => check_vars(&t, p, errs),
+            Err(e) => errs.push(ConfigError::new(p, e.to_string())),
+        }
+    }
+    for (name, value) in &http.headers {
+        let p = format!("{at}.http.headers.{name}");
+        let lower = name.to_ascii_lowercase();
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            errs.push(ConfigError::new(p.clone(), "is not a valid HTTP header name"));
+        } else if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("x-toolgate-") {
+            errs.push(ConfigError::new(
+                p.clone(),
+                format!("`{name}` is set by the proxy and cannot be configured"),
+            ));
+        }
+        if value.contains(['\r', '\n', '\0']) {
+            errs.push(ConfigError::new(
+                p.clone(),
+                "header values must not contain CR, LF or NUL",
+            ));
+        }
+        match Template::parse(value) {
+            Ok(t) => check_vars(&t, p, errs),
+            Err(e) => errs.push(ConfigError::new(p, e.to_string())),
+        }
+    }
+    if let Some(BodyMapping::Fields(fields)) = &http.body {
+        let p = format!("{at}.http.body");
+        if let Some(props) = &declared {
+            for f in fields {
+                if !props.contains(f.as_str()) {
+                    errs.push(ConfigError::new(
+                        p.clone(),
+                        format!("`{f}` is not a property declared in inputSchema.properties"),
+                    ));
+                }
+            }
+        }
+    }
+    if http.body.is_some() && http.method.is_read() && tool.effective_body() != BodyMapping::Mode(crate::BodyMode::None)
+    {
+        errs.push(ConfigError::new(
+            format!("{at}.http.body"),
+            format!("{} requests cannot carry a body", http.method.as_str()),
+        ));
+    }
+    if let Some(ms) = http.timeout_ms {
+        check_timeout(ms, &format!("{at}.http.timeoutMs"), errs);
+    }
+
+    let r = &tool.response;
+    for (key, list) in [("pick", &r.pick), ("redact", &r.redact), ("evidence", &r.evidence)] {
+        for (i, ptr) in list.iter().enumerate() {
+            match Pointer::parse(ptr) {
+                Err(e) => errs.push(ConfigError::new(format!("{at}.response.{key}[{i}]"), e)),
+                Ok(p) if p.tokens.is_empty() && key != "evidence" => errs.push(ConfigError::new(
+                    format!("{at}.response.{key}[{i}]"),
+                    "the empty pointer names the whole body; name a field such as `/id`",
+                )),
+                Ok(_) => {}
+            }
+        }
+    }
+    for key in r.statuses.keys() {
+        if !is_status_key(key) {
+            errs.push(ConfigError::new(
+                format!("{at}.response.statuses.{key}"),
+                "keys are HTTP statuses (`404`) or classes (`4xx`) between 100 and 599",
+            ));
+        }
+    }
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn is_status_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    if b.len() != 3 || !(b'1'..=b'5').contains(&b[0]) {
+        return false;
+    }
+    (b[1].is_ascii_digit() && b[2].is_ascii_digit()) || (b[1] == b'x' && b[2] == b'x')
+}
+
+/// Checks that `schema` is an object schema that compiles; returns its declared property names.
+fn check_schema(schema: &Value, at: &str, errs: &mut Vec<ConfigError>) -> Option<BTreeSet<String>> {
+    let Some(obj) = schema.as_object() else {
+        errs.push(ConfigError::new(at, "must be a JSON Schema object"));
+        return None;
+    };
+    if obj.get("type").and_then(Value::as_str) != Some("object") {
+        errs.push(ConfigError::new(
+            at,
+            format!(
+                "the root must declare `type: object` (found {})",
+                obj.get("type")
+                    .map_or_else(|| "no type".to_string(), |t| format!("`{t}`"))
+            ),
+        ));
+    }
+    if let Err(e) = jsonschema::validator_for(schema) {
+        errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
+        return None;
+    }
+    Some(
+        obj.get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_yaml;
+
+    const BASE: &str =
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:8080'}\n";
+
+    fn errors(tools_yaml: &str) -> Vec<String> {
+        parse_yaml(&format!("{BASE}tools:\n{tools_yaml}"))
+            .unwrap_err()
+            .errors
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_architecture_example_loads() {
+        let text = include_str!("../../../example/architecture-example.yaml");
+        let cfg = parse_yaml(text).unwrap();
+        assert_eq!(cfg.tools[0].name, "get_customer");
+        assert_eq!(
+            cfg.tools[0].response.statuses["404"].message_es.as_deref(),
+            Some("No encontré al cliente")
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_the_tool_named() {
+        let e = errors("  - name: t\n    inputSchema: {type: object}\n    http: {method: GET, path: /x, methd: GET}\n");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("tools[0] (t).http"), "{e:?}");
+        assert!(e[0].contains("unknown field `methd`"), "{e:?}");
+    }
+
+    #[test]
+    fn root_type_must_be_object() {
+        let e = errors("  - name: t\n    inputSchema: {type: string}\n    http: {method: GET, path: /x}\n");
+        assert!(
+            e[0].contains("tools[0] (t).inputSchema") && e[0].contains("type: object"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn invalid_schema_is_rejected() {
+        let e = errors(
+            "  - name: t\n    inputSchema: {type: object, properties: {a: {type: 12}}}\n    http: {method: GET, path: /x}\n",
+        );
+        assert!(e.iter().any(|e| e.contains("not a valid JSON Schema")), "{e:?}");
+    }
+
+    #[test]
+    fn duplicate_names_and_every_problem_are_reported() {
+        let e = errors(concat!(
+            "  - name: t\n    inputSchema: {type: object}\n    http: {method: GET, path: /x}\n",
+            "  - name: t\n    inputSchema: {type: object}\n    http: {method: GET, path: '/y/{id}', timeoutMs: 31000}\n",
+        ));
+        assert!(
+            e.iter()
+                .any(|e| e.contains("duplicate tool name `t` (first declared at tools[0])")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|e| e.contains("placeholder `{id}` is not a property")),
+            "{e:?}"
+        );
+        assert!(e.iter().any(|e| e.contains("tools[1] (t).http.timeoutMs")), "{e:?}");
+    }
+
+    #[test]
+    fn path_placeholders_must_be_required_properties() {
+        let e = errors(
+            "  - name: t\n    inputSchema: {type: object, properties: {id: {type: string}}}\n    http: {method: GET, path: '/y/{id}'}\n",
+        );
+        assert!(e[0].contains("must be listed in inputSchema.required"), "{e:?}");
+    }
+
+    #[test]
+    fn header_values_with_newlines_and_reserved_headers_are_rejected() {
+        let e = errors(
+            "  - name: t\n    inputSchema: {type: object}\n    http: {method: GET, path: /x, headers: {X-A: \"a\\r\\nb\", Host: evil}}\n",
+        );
+        assert!(e.iter().any(|e| e.contains("CR, LF")), "{e:?}");
+        assert!(e.iter().any(|e| e.contains("`Host` is set by the proxy")), "{e:?}");
+    }
+
+    #[test]
+    fn bad_pointers_and_status_keys_are_rejected() {
+        let e = errors(
+            "  - name: t\n    inputSchema: {type: object}\n    http: {method: GET, path: /x}\n    response: {pick: [id], statuses: {'600': {status: failed}, '4xx': {status: failed}}}\n",
+        );
+        assert!(e.iter().any(|e| e.contains("response.pick[0]")), "{e:?}");
+        assert!(e.iter().any(|e| e.contains("statuses.600")), "{e:?}");
+        assert_eq!(e.len(), 2, "{e:?}");
+    }
+
+    #[test]
+    fn https_and_userinfo_upstreams_are_rejected() {
+        let e = parse_yaml("apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'https://x'}\n")
+            .unwrap_err();
+        assert!(e.errors[0].to_string().starts_with("upstream.baseUrl"), "{e}");
+    }
+
+    #[test]
+    fn wrong_api_version_is_reported() {
+        let e = parse_yaml("apiVersion: v1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://x:1'}\n").unwrap_err();
+        assert!(e.errors[0].to_string().contains("toolgate.dev/v1alpha1"));
+    }
+
+    #[test]
+    fn unquoted_numeric_status_keys_work() {
+        let cfg = parse_yaml(&format!(
+            "{BASE}tools:\n  - name: t\n    inputSchema: {{type: object}}\n    http: {{method: GET, path: /x}}\n    response: {{statuses: {{404: {{status: needs_more_info}}}}}}\n"
+        ))
+        .unwrap();
+        assert!(cfg.tools[0].response.statuses.contains_key("404"));
+    }
+
+    #[test]
+    fn published_description_has_the_contract_in_order() {
+        let cfg = parse_yaml(&format!(
+            "{BASE}tools:\n  - name: t\n    description: Does X.\n    fallback: Ask.\n    whenToUse: When Y.\n    inputSchema: {{type: object}}\n    http: {{method: GET, path: /x}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            cfg.tools[0].published_description(),
+            "Does X.\n\nWhen to use:\nWhen Y.\n\nFallback:\nAsk."
+        );
+    }
+
+    #[test]
+    fn hints_tier_and_safety_follow_the_method() {
+        let cfg = parse_yaml(&format!(
+            "{BASE}tools:\n  - {{name: a, inputSchema: {{type: object}}, http: {{method: GET, path: /x}}}}\n  - {{name: b, inputSchema: {{type: object}}, http: {{method: DELETE, path: /x}}}}\n  - {{name: c, inputSchema: {{type: object}}, http: {{method: POST, path: /x}}, annotations: {{idempotentHint: true}}}}\n"
+        ))
+        .unwrap();
+        let [a, b, c] = [&cfg.tools[0], &cfg.tools[1], &cfg.tools[2]];
+        let (ha, hb, hc) = (
+            a.effective_annotations(),
+            b.effective_annotations(),
+            c.effective_annotations(),
+        );
+        assert_eq!(
+            (ha.read_only_hint, ha.idempotent_hint, ha.destructive_hint),
+            (Some(true), Some(true), Some(false))
+        );
+        assert_eq!(
+            (hb.read_only_hint, hb.idempotent_hint, hb.destructive_hint),
+            (Some(false), Some(true), Some(true))
+        );
+        assert_eq!((hc.read_only_hint, hc.idempotent_hint), (Some(false), Some(true)));
+        assert_eq!(a.effective_tier(), crate::Tier::Read);
+        assert_eq!(b.effective_safety(), crate::Safety::Destructive);
+        assert_eq!(c.effective_tier(), crate::Tier::Write);
+    }
+}

@@ -1,0 +1,239 @@
+//! The tool result envelope `{ok, status, data, errors, nextQuestion, toolName, safety, durationMs}`
+//! carried as the one text block (and as `structuredContent`) of every `tools/call` result.
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+use toolgate_config::BusinessStatus;
+
+/// One structured error inside an envelope.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorEntry {
+    /// Stable machine code, e.g. `invalid_argument`, `upstream_timeout`.
+    pub code: String,
+    /// English message.
+    pub message: String,
+    /// Spanish message.
+    pub message_es: String,
+    /// Argument (dotted path) or data field the error is about, when there is one.
+    pub field: Option<String>,
+    /// Whether the same call may succeed if retried later.
+    pub retryable: bool,
+}
+
+impl ErrorEntry {
+    /// An error without a field.
+    pub fn new(code: &str, message: impl Into<String>, message_es: impl Into<String>, retryable: bool) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+            message_es: message_es.into(),
+            field: None,
+            retryable,
+        }
+    }
+
+    /// The same error about `field`.
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+}
+
+/// The outcome of one call, before it is wrapped with the tool's name and duration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// Business status.
+    pub status: BusinessStatus,
+    /// Structured result (an object) or nothing.
+    pub data: Option<Value>,
+    /// Errors, empty on success.
+    pub errors: Vec<ErrorEntry>,
+    /// What the agent should ask the user next.
+    pub next_question: Option<String>,
+    /// HTTP status of the upstream response, when one arrived.
+    pub upstream_status: Option<u16>,
+}
+
+impl Outcome {
+    /// A failure with one error and no data.
+    pub fn failed(error: ErrorEntry) -> Self {
+        Self {
+            status: BusinessStatus::Failed,
+            data: None,
+            errors: vec![error],
+            next_question: None,
+            upstream_status: None,
+        }
+    }
+
+    /// The envelope as a JSON object.
+    pub fn to_envelope(&self, tool: &str, safety: &str, duration_ms: u64) -> Value {
+        let mut m = Map::with_capacity(8);
+        m.insert("ok".into(), Value::Bool(self.status.is_ok() && self.errors.is_empty()));
+        m.insert("status".into(), Value::String(self.status.as_str().into()));
+        m.insert("data".into(), self.data.clone().unwrap_or(Value::Null));
+        m.insert(
+            "errors".into(),
+            serde_json::to_value(&self.errors).unwrap_or_else(|_| json!([])),
+        );
+        m.insert(
+            "nextQuestion".into(),
+            self.next_question.clone().map_or(Value::Null, Value::String),
+        );
+        m.insert("toolName".into(), Value::String(tool.into()));
+        m.insert("safety".into(), Value::String(safety.into()));
+        m.insert("durationMs".into(), Value::from(duration_ms));
+        Value::Object(m)
+    }
+
+    /// Whether the MCP result carries `isError: true`.
+    pub fn is_error(&self) -> bool {
+        !(self.status.is_ok() && self.errors.is_empty())
+    }
+}
+
+/// The MCP `tools/call` result for an envelope: one text block and the same structured content.
+pub fn call_result(envelope: Value, is_error: bool) -> Value {
+    let text = envelope.to_string();
+    json!({
+        "content": [{"type": "text", "text": text}],
+        "structuredContent": envelope,
+        "isError": is_error,
+    })
+}
+
+/// The published `outputSchema`: the envelope, with `data` held to the tool's own schema
+/// whenever `status` is `success`.
+pub fn output_schema(tool: &str, data_schema: Option<&Value>) -> Value {
+    let error = json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string"},
+            "message": {"type": "string"},
+            "message_es": {"type": "string"},
+            "field": {"type": ["string", "null"]},
+            "retryable": {"type": "boolean"}
+        },
+        "required": ["code", "message", "message_es", "retryable"]
+    });
+    let mut schema = json!({
+        "type": "object",
+        "properties": {
+            "ok": {"type": "boolean", "description": "true when the operation succeeded or was accepted (queued)"},
+            "status": {"type": "string", "enum": ["success", "failed", "needs_more_info", "pending_confirmation", "queued"]},
+            "data": {"type": ["object", "null"]},
+            "errors": {"type": "array", "items": error},
+            "nextQuestion": {"type": ["string", "null"]},
+            "toolName": {"type": "string", "const": tool},
+            "safety": {"type": "string", "enum": ["read_only", "mutation", "external_send", "destructive"]},
+            "durationMs": {"type": "integer", "minimum": 0}
+        },
+        "required": ["ok", "status", "data", "errors", "nextQuestion", "toolName", "safety", "durationMs"]
+    });
+    if let Some(data) = data_schema {
+        let mut data = data.clone();
+        if let Some(obj) = data.as_object_mut() {
+            obj.remove("$schema");
+            // Hoist definitions so `#/$defs/...` references keep resolving from the new root.
+            for key in ["$defs", "definitions"] {
+                if let Some(defs) = obj.remove(key) {
+                    schema[key] = defs;
+                }
+            }
+        }
+        schema["if"] = json!({"properties": {"status": {"const": "success"}}, "required": ["status"]});
+        schema["then"] = json!({"properties": {"data": data}});
+    }
+    schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_has_every_key_even_when_empty() {
+        let o = Outcome {
+            status: BusinessStatus::Success,
+            data: Some(json!({"id": 1})),
+            errors: vec![],
+            next_question: None,
+            upstream_status: Some(200),
+        };
+        let e = o.to_envelope("t", "read_only", 7);
+        assert_eq!(
+            e,
+            json!({"ok": true, "status": "success", "data": {"id": 1}, "errors": [], "nextQuestion": null,
+                   "toolName": "t", "safety": "read_only", "durationMs": 7})
+        );
+        assert!(!o.is_error());
+    }
+
+    #[test]
+    fn non_ok_statuses_are_errors() {
+        for s in [
+            BusinessStatus::Failed,
+            BusinessStatus::NeedsMoreInfo,
+            BusinessStatus::PendingConfirmation,
+        ] {
+            let o = Outcome {
+                status: s,
+                data: None,
+                errors: vec![],
+                next_question: None,
+                upstream_status: None,
+            };
+            assert!(o.is_error(), "{s:?}");
+            assert_eq!(o.to_envelope("t", "mutation", 0)["ok"], false);
+        }
+        let queued = Outcome {
+            status: BusinessStatus::Queued,
+            data: None,
+            errors: vec![],
+            next_question: None,
+            upstream_status: None,
+        };
+        assert!(!queued.is_error());
+    }
+
+    #[test]
+    fn result_has_one_text_block_equal_to_structured_content() {
+        let env = json!({"ok": true});
+        let r = call_result(env.clone(), false);
+        let content = r["content"].as_array().unwrap();
+        assert_eq!(content.len(), 1);
+        assert_eq!(
+            serde_json::from_str::<Value>(content[0]["text"].as_str().unwrap()).unwrap(),
+            env
+        );
+        assert_eq!(r["structuredContent"], env);
+    }
+
+    #[test]
+    fn output_schema_holds_success_data_to_the_tool_schema() {
+        let s = output_schema(
+            "t",
+            Some(&json!({"type": "object", "required": ["id"], "$defs": {"x": {}}})),
+        );
+        let v = jsonschema::validator_for(&s).unwrap();
+        let ok = |status: &str, data: Value| {
+            let env = Outcome {
+                status: BusinessStatus::Success,
+                data: None,
+                errors: vec![],
+                next_question: None,
+                upstream_status: None,
+            }
+            .to_envelope("t", "read_only", 1);
+            let mut env = env;
+            env["status"] = json!(status);
+            env["data"] = data;
+            v.is_valid(&env)
+        };
+        assert!(ok("success", json!({"id": 1})));
+        assert!(!ok("success", json!({"name": 1})));
+        assert!(ok("queued", json!({"jobId": "j"})));
+        assert!(ok("failed", Value::Null));
+        assert_eq!(s["$defs"], json!({"x": {}}));
+    }
+}

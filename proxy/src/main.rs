@@ -1,0 +1,149 @@
+//! `toolgate-proxy`: serve (`--config FILE`), validate (`check FILE`) or print the config
+//! schema (`schema`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use toolgate_proxy::{reload, start, StartOptions};
+
+const EX_USAGE: u8 = 64;
+
+const USAGE: &str = "usage:
+  toolgate-proxy --config FILE [--reload-interval-ms N]   serve MCP in front of the configured upstream
+  toolgate-proxy check FILE                               validate a config; list every problem
+  toolgate-proxy schema                                   print the JSON Schema of ProxyConfig
+  toolgate-proxy --version";
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .with_current_span(false)
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("toolgate-proxy: {msg}\n{USAGE}");
+    ExitCode::from(EX_USAGE)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("check") => {
+            let Some(path) = args.get(1) else {
+                return usage_error("check needs a FILE");
+            };
+            match reload::load_file(PathBuf::from(path).as_path()) {
+                Ok(c) => {
+                    println!("{path}: ok ({} tools)", c.tools.len());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{path}: {e}");
+                    ExitCode::from(EX_USAGE)
+                }
+            }
+        }
+        Some("schema") => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&toolgate_config::ProxyConfig::json_schema()).unwrap_or_default()
+            );
+            ExitCode::SUCCESS
+        }
+        Some("--version" | "-V") => {
+            println!("toolgate-proxy {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Some("--help" | "-h") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        Some(_) => serve(&args),
+        None => usage_error("missing --config FILE"),
+    }
+}
+
+fn serve(args: &[String]) -> ExitCode {
+    let mut config = None;
+    let mut interval = Duration::from_secs(1);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--config" | "-c" => config = it.next().map(PathBuf::from),
+            "--reload-interval-ms" => match it.next().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0) {
+                Some(ms) => interval = Duration::from_millis(ms),
+                None => return usage_error("--reload-interval-ms needs a positive number"),
+            },
+            other => return usage_error(&format!("unknown argument `{other}`")),
+        }
+    }
+    let Some(path) = config else {
+        return usage_error("missing --config FILE");
+    };
+    init_logging();
+    let cfg = match reload::load_file(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("toolgate-proxy: invalid config {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolgate-proxy: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(async move {
+        let running = match start(
+            cfg,
+            StartOptions {
+                config_path: Some(path),
+                reload_interval: interval,
+            },
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("toolgate-proxy: {e}");
+                return ExitCode::from(EX_USAGE);
+            }
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down: draining in-flight requests");
+        running.shutdown().await;
+        tracing::info!("stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,575 @@
+//! MCP over Streamable HTTP: one JSON-RPC message per POST, JSON responses (no server stream),
+//! sessions, version negotiation, Origin checks and the `tools/*` methods.
+
+pub mod args;
+pub mod session;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use serde_json::{json, Map, Value};
+use toolgate_config::{BusinessStatus, SUPPORTED_PROTOCOL_VERSIONS};
+
+use crate::envelope::{self, ErrorEntry, Outcome};
+use crate::runtime::{CompiledTool, Runtime};
+use crate::upstream::{mapping, shape};
+use session::{Session, Sessions};
+
+/// Response body type of every endpoint.
+pub type Body = Full<Bytes>;
+
+/// `Mcp-Session-Id`.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// The newest protocol version, offered when the client asks for one we do not speak.
+pub const LATEST_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
+/// The first version whose invalid-argument errors are tool results (SEP-1303).
+const TOOL_ERROR_VERSION: &str = "2025-11-25";
+
+/// JSON-RPC error codes.
+pub mod code {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Not a valid JSON-RPC request (including batches).
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Unknown method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid params, unknown tool, invalid arguments (up to 2025-06-18).
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// Unknown or expired session.
+    pub const SESSION_NOT_FOUND: i64 = -32001;
+}
+
+/// State shared by every connection.
+pub struct Shared {
+    /// The live config generation.
+    pub runtime: ArcSwap<Runtime>,
+    /// MCP sessions.
+    pub sessions: Sessions,
+    /// Set on SIGTERM: readiness fails while in-flight calls drain.
+    pub draining: AtomicBool,
+}
+
+impl Shared {
+    /// Shared state serving `runtime`.
+    pub fn new(runtime: Runtime) -> Self {
+        Self {
+            runtime: ArcSwap::from_pointee(runtime),
+            sessions: Sessions::default(),
+            draining: AtomicBool::new(false),
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(serde_json::to_vec(body).unwrap_or_default())));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+fn rpc_error(
+    status: StatusCode,
+    id: Option<&Value>,
+    code: i64,
+    message: impl Into<String>,
+    data: Option<Value>,
+) -> Response<Body> {
+    let mut error = json!({"code": code, "message": message.into()});
+    if let Some(d) = data {
+        error["data"] = d;
+    }
+    json_response(
+        status,
+        &json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error}),
+    )
+}
+
+fn empty(status: StatusCode) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = status;
+    resp
+}
+
+/// Result of a JSON-RPC request handler.
+enum Reply {
+    Result(Value),
+    Error {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
+}
+
+impl Reply {
+    fn error(code: i64, message: impl Into<String>) -> Self {
+        Reply::Error {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    fn into_response(self, id: &Value) -> Response<Body> {
+        match self {
+            Reply::Result(result) => {
+                json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            }
+            Reply::Error { code, message, data } => rpc_error(StatusCode::OK, Some(id), code, message, data),
+        }
+    }
+}
+
+/// Serves one HTTP request on the MCP listener.
+pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) -> Response<Body> {
+    let rt = shared.runtime.load_full();
+    if req.uri().path() != rt.config.server.path {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &json!({"error": format!("not found: the MCP endpoint is {}", rt.config.server.path)}),
+        );
+    }
+    let origin = req.headers().get(ORIGIN).cloned();
+    if let Some(o) = &origin {
+        if !origin_allowed(&rt, o, req.headers()) {
+            return rpc_error(
+                StatusCode::FORBIDDEN,
+                None,
+                code::INVALID_REQUEST,
+                "Forbidden: this Origin is not allowed",
+                None,
+            );
+        }
+    }
+    let mut resp = match *req.method() {
+        Method::POST => post(&shared, &rt, req).await,
+        Method::DELETE => delete(&shared, &rt, req.headers()),
+        Method::OPTIONS if origin.is_some() => preflight(),
+        _ => {
+            let mut r = rpc_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                None,
+                code::INVALID_REQUEST,
+                "Method not allowed: POST JSON-RPC messages; this server offers no SSE stream",
+                None,
+            );
+            r.headers_mut()
+                .insert(http::header::ALLOW, HeaderValue::from_static("POST, DELETE"));
+            r
+        }
+    };
+    if let Some(o) = origin {
+        let h = resp.headers_mut();
+        h.insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+        h.insert(
+            http::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static("mcp-session-id, mcp-protocol-version"),
+        );
+        h.insert(http::header::VARY, HeaderValue::from_static("Origin"));
+    }
+    resp
+}
+
+fn preflight() -> Response<Body> {
+    let mut r = empty(StatusCode::NO_CONTENT);
+    let h = r.headers_mut();
+    h.insert(
+        http::header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, DELETE"),
+    );
+    h.insert(
+        http::header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(
+            "content-type, accept, authorization, x-api-key, mcp-session-id, mcp-protocol-version, last-event-id",
+        ),
+    );
+    h.insert(http::header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    r
+}
+
+/// DNS-rebinding protection: an Origin must be allowlisted, or name the host the request was sent to.
+fn origin_allowed(rt: &Runtime, origin: &HeaderValue, headers: &HeaderMap) -> bool {
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    let origin = origin.to_ascii_lowercase();
+    if !rt.allowed_origins.is_empty() {
+        return rt.allowed_origins.iter().any(|a| a == "*" || *a == origin);
+    }
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest.trim_end_matches('/'));
+    matches!((host, origin_host), (Some(h), Some(o)) if h == o)
+}
+
+fn delete(shared: &Shared, _rt: &Runtime, headers: &HeaderMap) -> Response<Body> {
+    match headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+        None => rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "Bad Request: Mcp-Session-Id header is required",
+            None,
+        ),
+        Some(id) if shared.sessions.remove(id) => empty(StatusCode::NO_CONTENT),
+        Some(_) => rpc_error(
+            StatusCode::NOT_FOUND,
+            None,
+            code::SESSION_NOT_FOUND,
+            "Session not found",
+            None,
+        ),
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>) -> Response<Body> {
+    let server = &rt.config.server;
+    let headers = req.headers();
+    let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
+    if !ct.to_ascii_lowercase().starts_with("application/json") {
+        return rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            code::INVALID_REQUEST,
+            "Unsupported Media Type: Content-Type must be application/json",
+            None,
+        );
+    }
+    if let Some(accept) = header_str(headers, ACCEPT.as_str()) {
+        let a = accept.to_ascii_lowercase();
+        if !(a.contains("application/json") || a.contains("*/*") || a.contains("application/*")) {
+            return rpc_error(
+                StatusCode::NOT_ACCEPTABLE,
+                None,
+                code::INVALID_REQUEST,
+                "Not Acceptable: the client must accept application/json",
+                None,
+            );
+        }
+    }
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                format!(
+                    "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
+                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                ),
+                None,
+            );
+        }
+    }
+    let too_large = || {
+        rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            code::INVALID_REQUEST,
+            format!("Payload Too Large: the limit is {} bytes", server.max_body_bytes),
+            None,
+        )
+    };
+    let limit = server.max_body_bytes;
+    if header_str(headers, CONTENT_LENGTH.as_str())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > limit)
+    {
+        return too_large();
+    }
+    let session_id = header_str(headers, SESSION_HEADER).map(str::to_string);
+    let body = match Limited::new(req.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
+        Err(_) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::PARSE_ERROR,
+                "Parse error: the request body could not be read",
+                None,
+            )
+        }
+    };
+    let msg: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::PARSE_ERROR,
+                format!("Parse error: {e}"),
+                None,
+            )
+        }
+    };
+    let Value::Object(msg) = msg else {
+        let message = if msg.is_array() {
+            "Invalid Request: JSON-RPC batches are not supported; send one message per request"
+        } else {
+            "Invalid Request: the body must be a JSON-RPC message object"
+        };
+        return rpc_error(StatusCode::BAD_REQUEST, None, code::INVALID_REQUEST, message, None);
+    };
+    let id = msg.get("id");
+    let valid_id = match id {
+        None => true,
+        Some(Value::String(_)) => true,
+        Some(Value::Number(_)) => true,
+        Some(_) => false,
+    };
+    let reply_id = id.filter(|_| valid_id);
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            reply_id,
+            code::INVALID_REQUEST,
+            "Invalid Request: `jsonrpc` must be \"2.0\"",
+            None,
+        );
+    }
+    if !valid_id {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::INVALID_REQUEST,
+            "Invalid Request: `id` must be a string or a number",
+            None,
+        );
+    }
+    let method = match msg.get("method") {
+        Some(Value::String(m)) => m.as_str(),
+        Some(_) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                reply_id,
+                code::INVALID_REQUEST,
+                "Invalid Request: `method` must be a string",
+                None,
+            )
+        }
+        None if msg.contains_key("result") || msg.contains_key("error") => return empty(StatusCode::ACCEPTED),
+        None => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                reply_id,
+                code::INVALID_REQUEST,
+                "Invalid Request: `method` is missing",
+                None,
+            )
+        }
+    };
+    let params = msg.get("params");
+    if params.is_some_and(|p| !p.is_object() && !p.is_null()) {
+        return match id {
+            Some(id) => {
+                Reply::error(code::INVALID_PARAMS, "Invalid params: `params` must be an object").into_response(id)
+            }
+            None => empty(StatusCode::ACCEPTED),
+        };
+    }
+
+    if method == "initialize" {
+        let Some(id) = id else {
+            return empty(StatusCode::ACCEPTED);
+        };
+        return initialize(shared, rt, id, params);
+    }
+
+    let ttl = Duration::from_secs(server.session_ttl_seconds);
+    let Some(session_id) = session_id else {
+        return rpc_error(
+            StatusCode::BAD_REQUEST,
+            reply_id,
+            code::INVALID_REQUEST,
+            "Bad Request: Mcp-Session-Id header is required (send initialize first)",
+            None,
+        );
+    };
+    let Some(session) = shared.sessions.get(&session_id, ttl) else {
+        return rpc_error(
+            StatusCode::NOT_FOUND,
+            reply_id,
+            code::SESSION_NOT_FOUND,
+            "Session not found or expired: send initialize again",
+            None,
+        );
+    };
+
+    let Some(id) = id else {
+        if method == "notifications/initialized" {
+            session.initialized.store(true, Ordering::Relaxed);
+        }
+        return empty(StatusCode::ACCEPTED);
+    };
+    let reply = match method {
+        "ping" => Reply::Result(json!({})),
+        "tools/list" => tools_list(rt, params),
+        "tools/call" => tools_call(rt, &session, id, params).await,
+        _ => Reply::error(code::METHOD_NOT_FOUND, format!("Method not found: `{method}`")),
+    };
+    reply.into_response(id)
+}
+
+fn initialize(shared: &Shared, rt: &Runtime, id: &Value, params: Option<&Value>) -> Response<Body> {
+    let server = &rt.config.server;
+    let Some(requested) = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str) else {
+        return Reply::error(code::INVALID_PARAMS, "Invalid params: `protocolVersion` is required").into_response(id);
+    };
+    let version = SUPPORTED_PROTOCOL_VERSIONS
+        .iter()
+        .copied()
+        .find(|v| *v == requested)
+        .unwrap_or(LATEST_VERSION);
+    let info = params.and_then(|p| p.get("clientInfo"));
+    let field = |k: &str| {
+        info.and_then(|i| i.get(k))
+            .and_then(Value::as_str)
+            .map(|s| s.chars().take(128).collect::<String>())
+    };
+    let session = shared.sessions.create(
+        version,
+        field("name"),
+        field("version"),
+        Duration::from_secs(server.session_ttl_seconds),
+        server.max_sessions,
+    );
+    let mut result = json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": server.name, "title": "Toolgate", "version": env!("CARGO_PKG_VERSION")},
+    });
+    if let Some(i) = &server.instructions {
+        result["instructions"] = json!(i);
+    }
+    tracing::debug!(session = %session.id, version, client = ?session.client_name, "session started");
+    let mut resp = Reply::Result(result).into_response(id);
+    if let Ok(v) = HeaderValue::from_str(&session.id) {
+        resp.headers_mut().insert(SESSION_HEADER, v);
+    }
+    resp
+}
+
+fn tools_list(rt: &Runtime, params: Option<&Value>) -> Reply {
+    let page = rt.config.server.page_size;
+    let start = match params.and_then(|p| p.get("cursor")) {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(c)) => match c.strip_prefix("tg:").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n > 0 && n < rt.tools.len() => n,
+            _ => {
+                return Reply::error(
+                    code::INVALID_PARAMS,
+                    "Invalid params: unknown or stale `cursor`; list again from the start",
+                )
+            }
+        },
+        Some(_) => return Reply::error(code::INVALID_PARAMS, "Invalid params: `cursor` must be a string"),
+    };
+    let end = (start + page).min(rt.tools.len());
+    let tools: Vec<&Value> = rt.tools[start..end].iter().map(|t| &t.listing).collect();
+    let mut result = json!({"tools": tools});
+    if end < rt.tools.len() {
+        result["nextCursor"] = json!(format!("tg:{end}"));
+    }
+    Reply::Result(result)
+}
+
+async fn tools_call(rt: &Runtime, session: &Session, id: &Value, params: Option<&Value>) -> Reply {
+    let started = Instant::now();
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        return Reply::error(
+            code::INVALID_PARAMS,
+            "Invalid params: `name` (the tool to call) is required",
+        );
+    };
+    let Some(tool) = rt.tool(name) else {
+        return Reply::Error {
+            code: code::INVALID_PARAMS,
+            message: format!("Unknown tool: `{name}`"),
+            data: Some(json!({"tool": name})),
+        };
+    };
+    let empty_args = Value::Object(Map::new());
+    let args = match params.and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => &empty_args,
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Reply::error(code::INVALID_PARAMS, "Invalid params: `arguments` must be an object"),
+    };
+    let problems = args::validate(&tool.input, args);
+    if !problems.is_empty() {
+        return invalid_arguments(tool, session, problems, started);
+    }
+    let Value::Object(arg_map) = args else {
+        unreachable!("checked above")
+    };
+    let request = match mapping::build(tool, arg_map, &rt.upstream) {
+        Ok(r) => r,
+        Err(problem) => return invalid_arguments(tool, session, vec![problem], started),
+    };
+    let outcome = match rt.upstream.send(request, tool.timeout).await {
+        Ok(resp) => shape::response(tool, &resp),
+        Err(e) => {
+            tracing::warn!(tool = %tool.config.name, rpc_id = %id, error = e.kind(), "upstream call failed");
+            shape::call_error(&e)
+        }
+    };
+    tracing::debug!(
+        tool = %tool.config.name,
+        status = outcome.status.as_str(),
+        upstream_status = outcome.upstream_status,
+        duration_ms = started.elapsed().as_millis() as u64,
+        "tools/call"
+    );
+    finish(tool, &outcome, started)
+}
+
+fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {
+    let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let env = outcome.to_envelope(&tool.config.name, tool.safety.as_str(), ms);
+    Reply::Result(envelope::call_result(env, outcome.is_error()))
+}
+
+/// Invalid arguments: a JSON-RPC -32602 up to 2025-06-18, a `needs_more_info` tool result from
+/// 2025-11-25 on (SEP-1303), so the model sees the errors and can correct itself.
+fn invalid_arguments(tool: &CompiledTool, session: &Session, problems: Vec<ErrorEntry>, started: Instant) -> Reply {
+    if session.version >= TOOL_ERROR_VERSION {
+        let outcome = Outcome {
+            status: BusinessStatus::NeedsMoreInfo,
+            data: None,
+            errors: problems,
+            next_question: None,
+            upstream_status: None,
+        };
+        return finish(tool, &outcome, started);
+    }
+    let first = problems.first().and_then(|p| p.field.clone()).unwrap_or_default();
+    let summary = problems
+        .iter()
+        .map(|p| p.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Reply::Error {
+        code: code::INVALID_PARAMS,
+        message: format!("Invalid arguments for tool `{}`: {summary}", tool.config.name),
+        data: Some(json!({"field": first, "errors": problems})),
+    }
+}

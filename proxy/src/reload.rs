@@ -1,0 +1,116 @@
+//! Hot reload: the config file is re-read on an interval (and on SIGHUP). A changed file is
+//! parsed, validated and compiled in full, then swapped in atomically; requests already in
+//! flight finish on the generation they started with. An invalid file is refused with a log
+//! line and the previous config keeps serving.
+//!
+//! Re-reading through the path (rather than watching inodes) follows the kubelet's atomic
+//! `..data` symlink swap of a mounted ConfigMap with no special casing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::mcp::Shared;
+use crate::runtime::Runtime;
+
+/// Reads and parses a config file (YAML or JSON).
+pub fn load_file(path: &Path) -> Result<toolgate_config::ProxyConfig, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    toolgate_config::parse_yaml(&text).map_err(|e| e.to_string())
+}
+
+/// Outcome of one reload attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The file is unchanged.
+    Unchanged,
+    /// A new generation is serving.
+    Applied(u64),
+    /// The file is invalid; the old config keeps serving.
+    Refused(String),
+}
+
+/// Applies `text` if it differs from `last`.
+pub fn apply(shared: &Shared, text: &str) -> Reloaded {
+    let old = shared.runtime.load_full();
+    let config = match toolgate_config::parse_yaml(text) {
+        Ok(c) => c,
+        Err(e) => return Reloaded::Refused(e.to_string()),
+    };
+    if config == old.config {
+        return Reloaded::Unchanged;
+    }
+    for (key, a, b) in [
+        ("server.listen", &old.config.server.listen, &config.server.listen),
+        (
+            "server.adminListen",
+            &old.config.server.admin_listen,
+            &config.server.admin_listen,
+        ),
+    ] {
+        if a != b {
+            tracing::warn!(key, old = %a, new = %b, "changing a listen address needs a restart; the old address keeps serving");
+        }
+    }
+    match Runtime::compile(config, old.generation + 1) {
+        Ok(rt) => {
+            let generation = rt.generation;
+            let tools = rt.tools.len();
+            shared.runtime.store(Arc::new(rt));
+            tracing::info!(generation, tools, "config reloaded");
+            Reloaded::Applied(generation)
+        }
+        Err(e) => Reloaded::Refused(e.to_string()),
+    }
+}
+
+/// Watches `path` until `stop` fires.
+pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut last: Option<Vec<u8>> = std::fs::read(&path).ok();
+    let mut last_error: Option<String> = None;
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        #[cfg(unix)]
+        let hangup = async {
+            match hup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hangup = std::future::pending::<()>();
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = hangup => tracing::info!("SIGHUP: checking the config file"),
+            _ = stop.changed() => return,
+        }
+        let bytes = match tokio::fs::read(&path).await {
+            Ok(b) => b,
+            Err(e) => {
+                let msg = format!("cannot read {}: {e}", path.display());
+                if last_error.as_deref() != Some(msg.as_str()) {
+                    tracing::error!(error = %msg, "config reload failed; the previous config keeps serving");
+                    last_error = Some(msg);
+                }
+                continue;
+            }
+        };
+        if last.as_deref() == Some(bytes.as_slice()) {
+            continue;
+        }
+        last = Some(bytes.clone());
+        let text = String::from_utf8_lossy(&bytes);
+        match apply(&shared, &text) {
+            Reloaded::Refused(e) => {
+                tracing::error!(path = %path.display(), problems = %e, "config reload refused; the previous config keeps serving");
+                last_error = Some(e);
+            }
+            Reloaded::Applied(_) | Reloaded::Unchanged => last_error = None,
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! A loaded config compiled for serving: schemas compiled once, templates parsed, status maps
+//! indexed, `tools/list` entries rendered. Swapped atomically on reload.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use toolgate_config::pointer::Pointer;
+use toolgate_config::{BodyMapping, BodyMode, ProxyConfig, Safety, StatusMapping, Template, Tier, ToolConfig};
+
+use crate::envelope;
+use crate::upstream::{Upstream, UpstreamError};
+
+/// A config that cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    /// The document itself is invalid.
+    #[error("{0}")]
+    Invalid(#[from] toolgate_config::LoadError),
+    /// The upstream client could not be built.
+    #[error("upstream: {0}")]
+    Upstream(#[from] UpstreamError),
+}
+
+/// Which arguments travel in the body.
+#[derive(Debug, Clone)]
+pub enum BodyPlan {
+    /// No body.
+    None,
+    /// Every argument except these (used by the path, query or headers).
+    AllExcept(HashSet<String>),
+    /// Exactly these arguments.
+    Fields(Vec<String>),
+}
+
+/// One tool, ready to serve.
+pub struct CompiledTool {
+    /// The tool as configured.
+    pub config: ToolConfig,
+    /// Effective tier.
+    pub tier: Tier,
+    /// Effective safety class.
+    pub safety: Safety,
+    /// Compiled `inputSchema`.
+    pub input: jsonschema::Validator,
+    /// Compiled `outputSchema`, if any.
+    pub output: Option<jsonschema::Validator>,
+    /// Parsed path template.
+    pub path: Template,
+    /// Parsed query templates.
+    pub query: Vec<(String, Template)>,
+    /// Parsed header templates.
+    pub headers: Vec<(http::HeaderName, Template)>,
+    /// Body plan.
+    pub body: BodyPlan,
+    /// Upstream timeout for one call.
+    pub timeout: Duration,
+    /// `response.pick`.
+    pub pick: Vec<Pointer>,
+    /// `response.redact`.
+    pub redact: Vec<Pointer>,
+    /// `response.evidence`.
+    pub evidence: Vec<(String, Pointer)>,
+    /// Exact-status overrides.
+    pub statuses: HashMap<u16, StatusMapping>,
+    /// Class overrides, indexed by the first digit.
+    pub classes: [Option<StatusMapping>; 6],
+    /// The `tools/list` entry.
+    pub listing: Value,
+}
+
+/// The compiled, immutable serving state of one config generation.
+pub struct Runtime {
+    /// The config as loaded.
+    pub config: ProxyConfig,
+    /// Tools in `tools/list` order.
+    pub tools: Vec<CompiledTool>,
+    index: HashMap<String, usize>,
+    /// Monotonic config generation (1 for the first config).
+    pub generation: u64,
+    /// The HTTP client for this generation's upstream.
+    pub upstream: Upstream,
+    /// Lower-cased allowed origins.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Runtime {
+    /// Validates and compiles `config`.
+    pub fn compile(config: ProxyConfig, generation: u64) -> Result<Self, CompileError> {
+        config.validate().map_err(toolgate_config::LoadError::from)?;
+        let upstream = Upstream::new(&config.upstream)?;
+        let mut tools = Vec::with_capacity(config.tools.len());
+        let mut index = HashMap::with_capacity(config.tools.len());
+        for (i, t) in config.tools.iter().enumerate() {
+            let compiled = compile_tool(t, config.upstream.timeout_ms).map_err(|(key, msg)| {
+                toolgate_config::LoadError::from(vec![toolgate_config::ConfigError::new(
+                    format!("tools[{i}] ({}).{key}", t.name),
+                    msg,
+                )])
+            })?;
+            index.insert(t.name.clone(), i);
+            tools.push(compiled);
+        }
+        let allowed_origins = config
+            .server
+            .allowed_origins
+            .iter()
+            .map(|o| o.to_ascii_lowercase())
+            .collect();
+        Ok(Self {
+            config,
+            tools,
+            index,
+            generation,
+            upstream,
+            allowed_origins,
+        })
+    }
+
+    /// The tool called `name`.
+    pub fn tool(&self, name: &str) -> Option<&CompiledTool> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+}
+
+fn compile_tool(t: &ToolConfig, default_timeout_ms: u64) -> Result<CompiledTool, (&'static str, String)> {
+    let input = jsonschema::validator_for(&t.input_schema).map_err(|e| ("inputSchema", e.to_string()))?;
+    let output = match &t.output_schema {
+        Some(s) => Some(jsonschema::validator_for(s).map_err(|e| ("outputSchema", e.to_string()))?),
+        None => None,
+    };
+    let path = Template::parse(&t.http.path).map_err(|e| ("http.path", e.to_string()))?;
+    let mut used: HashSet<String> = path.vars().map(str::to_string).collect();
+    let mut query = Vec::with_capacity(t.http.query.len());
+    for (k, v) in &t.http.query {
+        let tpl = Template::parse(v).map_err(|e| ("http.query", e.to_string()))?;
+        used.extend(tpl.vars().map(str::to_string));
+        query.push((k.clone(), tpl));
+    }
+    let mut headers = Vec::with_capacity(t.http.headers.len());
+    for (k, v) in &t.http.headers {
+        let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| ("http.headers", e.to_string()))?;
+        let tpl = Template::parse(v).map_err(|e| ("http.headers", e.to_string()))?;
+        used.extend(tpl.vars().map(str::to_string));
+        headers.push((name, tpl));
+    }
+    let body = match t.effective_body() {
+        BodyMapping::Mode(BodyMode::None) => BodyPlan::None,
+        BodyMapping::Mode(BodyMode::All) => BodyPlan::AllExcept(used),
+        BodyMapping::Fields(f) => BodyPlan::Fields(f),
+    };
+    let pointers = |list: &[String]| -> Result<Vec<Pointer>, (&'static str, String)> {
+        list.iter()
+            .map(|p| Pointer::parse(p).map_err(|e| ("response", e)))
+            .collect()
+    };
+    let mut statuses = HashMap::new();
+    let mut classes: [Option<StatusMapping>; 6] = Default::default();
+    for (key, mapping) in &t.response.statuses {
+        if let Some(class) = key.strip_suffix("xx") {
+            let d: usize = class
+                .parse()
+                .map_err(|_| ("response.statuses", format!("bad key `{key}`")))?;
+            classes[d] = Some(mapping.clone());
+        } else {
+            let code: u16 = key
+                .parse()
+                .map_err(|_| ("response.statuses", format!("bad key `{key}`")))?;
+            statuses.insert(code, mapping.clone());
+        }
+    }
+    let tier = t.effective_tier();
+    let safety = t.effective_safety();
+    let listing = listing(t);
+    Ok(CompiledTool {
+        tier,
+        safety,
+        input,
+        output,
+        path,
+        query,
+        headers,
+        body,
+        timeout: Duration::from_millis(t.http.timeout_ms.unwrap_or(default_timeout_ms)),
+        pick: pointers(&t.response.pick)?,
+        redact: pointers(&t.response.redact)?,
+        evidence: t
+            .response
+            .evidence
+            .iter()
+            .map(|p| {
+                Pointer::parse(p)
+                    .map(|ptr| (p.clone(), ptr))
+                    .map_err(|e| ("response.evidence", e))
+            })
+            .collect::<Result<_, _>>()?,
+        statuses,
+        classes,
+        listing,
+        config: t.clone(),
+    })
+}
+
+fn listing(t: &ToolConfig) -> Value {
+    let a = t.effective_annotations();
+    let mut annotations = json!({
+        "readOnlyHint": a.read_only_hint,
+        "destructiveHint": a.destructive_hint,
+        "idempotentHint": a.idempotent_hint,
+        "openWorldHint": a.open_world_hint,
+    });
+    let mut entry = json!({
+        "name": t.name,
+        "description": t.published_description(),
+        "inputSchema": t.input_schema,
+        "outputSchema": envelope::output_schema(&t.name, t.output_schema.as_ref()),
+    });
+    if let Some(title) = &t.title {
+        entry["title"] = json!(title);
+        annotations["title"] = json!(title);
+    }
+    entry["annotations"] = annotations;
+    entry
+}

@@ -1,0 +1,198 @@
+//! Listeners, connection handling and graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use toolgate_config::ProxyConfig;
+
+use crate::mcp::{Body, Shared};
+use crate::runtime::{CompileError, Runtime};
+use crate::{admin, mcp, reload};
+
+/// How the proxy is started.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    /// The file the config came from; watched for changes when set.
+    pub config_path: Option<PathBuf>,
+    /// How often the config file is checked for changes.
+    pub reload_interval: Duration,
+}
+
+impl Default for StartOptions {
+    fn default() -> Self {
+        Self {
+            config_path: None,
+            reload_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The config is invalid.
+    #[error(transparent)]
+    Config(#[from] CompileError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A started proxy.
+pub struct Running {
+    /// Bound address of the MCP listener.
+    pub mcp_addr: SocketAddr,
+    /// Bound address of the admin listener.
+    pub admin_addr: SocketAddr,
+    /// Shared state (live config, sessions).
+    pub shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops accepting, waits for in-flight requests (up to the grace period), then returns.
+    pub async fn shutdown(self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+async fn bind(addr: &str) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr).await.map_err(|source| StartError::Bind {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// Compiles `config`, binds both listeners and starts serving in the background.
+pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, StartError> {
+    let runtime = Runtime::compile(config, 1)?;
+    let grace = Duration::from_secs(runtime.config.server.shutdown_grace_seconds);
+    let mcp_listener = bind(&runtime.config.server.listen).await?;
+    let admin_listener = bind(&runtime.config.server.admin_listen).await?;
+    let mcp_addr = mcp_listener.local_addr().map_err(|source| StartError::Bind {
+        addr: "mcp".into(),
+        source,
+    })?;
+    let admin_addr = admin_listener.local_addr().map_err(|source| StartError::Bind {
+        addr: "admin".into(),
+        source,
+    })?;
+    let shared = Arc::new(Shared::new(runtime));
+    let (stop, stop_rx) = watch::channel(false);
+
+    let mut tasks = Vec::new();
+    let s = shared.clone();
+    tasks.push(tokio::spawn(accept_loop(
+        mcp_listener,
+        stop_rx.clone(),
+        grace,
+        move |req| mcp::handle(s.clone(), req),
+    )));
+    let s = shared.clone();
+    tasks.push(tokio::spawn(accept_loop(
+        admin_listener,
+        stop_rx.clone(),
+        grace,
+        move |req| admin::handle(s.clone(), req),
+    )));
+    tasks.push(tokio::spawn(sweep_sessions(shared.clone(), stop_rx.clone())));
+    if let Some(path) = opts.config_path {
+        tasks.push(tokio::spawn(reload::watch(
+            path,
+            shared.clone(),
+            opts.reload_interval,
+            stop_rx,
+        )));
+    }
+    tracing::info!(
+        mcp = %mcp_addr,
+        admin = %admin_addr,
+        tools = shared.runtime.load().tools.len(),
+        upstream = %shared.runtime.load().config.upstream.base_url,
+        "toolgate-proxy serving"
+    );
+    Ok(Running {
+        mcp_addr,
+        admin_addr,
+        shared,
+        stop,
+        tasks,
+    })
+}
+
+async fn sweep_sessions(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {
+                let ttl = Duration::from_secs(shared.runtime.load().config.server.session_ttl_seconds);
+                shared.sessions.sweep(ttl);
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn accept_loop<F, Fut>(listener: TcpListener, mut stop: watch::Receiver<bool>, grace: Duration, handler: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .keep_alive(true);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let h = handler.clone();
+                let svc = service_fn(move |req| {
+                    let h = h.clone();
+                    async move { Ok::<_, std::convert::Infallible>(h(req).await) }
+                });
+                let conn = http.serve_connection(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = stop.changed() => break,
+        }
+    }
+    drop(listener);
+    tokio::select! {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(grace) => tracing::warn!(grace_seconds = grace.as_secs(), "grace period over; closing remaining connections"),
+    }
+}

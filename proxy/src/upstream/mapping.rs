@@ -1,0 +1,286 @@
+//! Arguments → HTTP request. Path values fill exactly one percent-encoded segment each, so no
+//! argument can climb out of the upstream (`..`, `/`, absolute URLs); header values never
+//! carry CR/LF.
+
+use bytes::Bytes;
+use http::{HeaderValue, Request};
+use http_body_util::Full;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde_json::{Map, Value};
+use toolgate_config::{Segment, Template};
+
+use crate::envelope::ErrorEntry;
+use crate::runtime::{BodyPlan, CompiledTool};
+use crate::upstream::Upstream;
+
+/// Everything but RFC 3986 unreserved characters is encoded.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// The user agent the proxy sends upstream.
+pub const USER_AGENT: &str = concat!("toolgate-proxy/", env!("CARGO_PKG_VERSION"));
+
+fn arg_error(field: &str, message: String, message_es: String) -> ErrorEntry {
+    ErrorEntry::new("invalid_argument", message, message_es, false).with_field(field)
+}
+
+/// Text of a scalar argument; `None` for objects and arrays.
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+/// Text used in query and header values: scalars as-is, structures as compact JSON.
+fn value_text(v: &Value) -> String {
+    scalar_text(v).unwrap_or_else(|| v.to_string())
+}
+
+fn render_path(t: &Template, args: &Map<String, Value>) -> Result<String, ErrorEntry> {
+    let mut out = String::with_capacity(64);
+    for seg in &t.segments {
+        match seg {
+            Segment::Literal(l) => out.push_str(l),
+            Segment::Var(name) => {
+                let v = args.get(name).filter(|v| !v.is_null()).ok_or_else(|| {
+                    arg_error(
+                        name,
+                        format!("`{name}` is required to build the request path"),
+                        format!("Falta `{name}` para construir la ruta"),
+                    )
+                })?;
+                let text = scalar_text(v).ok_or_else(|| {
+                    arg_error(
+                        name,
+                        format!("`{name}` must be a string or number (it is part of the URL path)"),
+                        format!("`{name}` debe ser texto o número (forma parte de la ruta)"),
+                    )
+                })?;
+                if text.is_empty() || text == "." || text == ".." {
+                    return Err(arg_error(
+                        name,
+                        format!("`{name}` must not be empty, `.` or `..`"),
+                        format!("`{name}` no puede estar vacío, ni ser `.` o `..`"),
+                    ));
+                }
+                out.extend(utf8_percent_encode(&text, COMPONENT));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Renders a template; `None` when any argument it names is absent or null.
+fn render_value(t: &Template, args: &Map<String, Value>) -> Option<String> {
+    let mut out = String::new();
+    for seg in &t.segments {
+        match seg {
+            Segment::Literal(l) => out.push_str(l),
+            Segment::Var(name) => out.push_str(&value_text(args.get(name).filter(|v| !v.is_null())?)),
+        }
+    }
+    Some(out)
+}
+
+/// The path and query (encoded) for `args`.
+pub fn path_and_query(tool: &CompiledTool, args: &Map<String, Value>) -> Result<String, ErrorEntry> {
+    let mut pq = render_path(&tool.path, args)?;
+    let mut first = true;
+    let mut push = |pq: &mut String, name: &str, value: &str| {
+        pq.push(if first { '?' } else { '&' });
+        first = false;
+        pq.extend(utf8_percent_encode(name, COMPONENT));
+        pq.push('=');
+        pq.extend(utf8_percent_encode(value, COMPONENT));
+    };
+    for (name, tpl) in &tool.query {
+        if let Some(Value::Array(items)) = tpl.single_var().and_then(|v| args.get(v)) {
+            for item in items {
+                push(&mut pq, name, &value_text(item));
+            }
+        } else if let Some(v) = render_value(tpl, args) {
+            push(&mut pq, name, &v);
+        }
+    }
+    Ok(pq)
+}
+
+/// Builds the upstream request for a validated argument object.
+pub fn build(
+    tool: &CompiledTool,
+    args: &Map<String, Value>,
+    upstream: &Upstream,
+) -> Result<Request<Full<Bytes>>, ErrorEntry> {
+    let pq = path_and_query(tool, args)?;
+    let uri = upstream.uri(&pq).map_err(|_| {
+        arg_error(
+            "",
+            "the arguments do not form a valid request URL".into(),
+            "los argumentos no forman una URL válida".into(),
+        )
+    })?;
+    let mut req = Request::builder().method(tool.config.http.method.as_str()).uri(uri);
+    let headers = req.headers_mut().expect("builder is valid until build()");
+    headers.insert(http::header::ACCEPT, HeaderValue::from_static("application/json"));
+    headers.insert(http::header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+    for (name, tpl) in &tool.headers {
+        let Some(text) = render_value(tpl, args) else {
+            continue;
+        };
+        let field = tpl.vars().next().unwrap_or("");
+        let value = HeaderValue::from_str(&text).map_err(|_| {
+            arg_error(
+                field,
+                format!("`{field}` cannot be sent in the `{name}` header: it contains line breaks or control characters"),
+                format!("`{field}` no puede enviarse en el encabezado `{name}`: contiene saltos de línea o caracteres de control"),
+            )
+        })?;
+        headers.insert(name.clone(), value);
+    }
+    let body = match &tool.body {
+        BodyPlan::None => None,
+        BodyPlan::AllExcept(used) => Some(Value::Object(
+            args.iter()
+                .filter(|(k, _)| !used.contains(*k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )),
+        BodyPlan::Fields(fields) => Some(Value::Object(
+            fields
+                .iter()
+                .filter_map(|f| args.get(f).map(|v| (f.clone(), v.clone())))
+                .collect(),
+        )),
+    };
+    let body = match body {
+        Some(v) => {
+            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            Full::new(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()))
+        }
+        None => Full::new(Bytes::new()),
+    };
+    req.body(body).map_err(|_| {
+        arg_error(
+            "",
+            "the request could not be built".into(),
+            "no se pudo construir la solicitud".into(),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Runtime;
+    use serde_json::json;
+    use toolgate_config::parse_yaml;
+
+    fn runtime(http: &str, props: &str) -> Runtime {
+        let text = format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {{baseUrl: 'http://127.0.0.1:9/api/'}}\ntools:\n  - name: t\n    inputSchema: {{type: object, required: [id], properties: {props}}}\n    http: {http}\n"
+        );
+        Runtime::compile(parse_yaml(&text).unwrap(), 1).unwrap()
+    }
+
+    fn args(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn path_values_are_one_encoded_segment() {
+        let rt = runtime("{method: GET, path: '/c/{id}/x'}", "{id: {type: string}}");
+        let t = rt.tool("t").unwrap();
+        assert_eq!(
+            path_and_query(t, &args(json!({"id": "a/../b"}))).unwrap(),
+            "/c/a%2F..%2Fb/x"
+        );
+        assert_eq!(
+            path_and_query(t, &args(json!({"id": "http://evil/"}))).unwrap(),
+            "/c/http%3A%2F%2Fevil%2F/x"
+        );
+        assert_eq!(
+            path_and_query(t, &args(json!({"id": "%2e%2e"}))).unwrap(),
+            "/c/%252e%252e/x"
+        );
+        assert_eq!(
+            path_and_query(t, &args(json!({"id": "José 7"}))).unwrap(),
+            "/c/Jos%C3%A9%207/x"
+        );
+        for bad in ["..", ".", ""] {
+            let e = path_and_query(t, &args(json!({"id": bad}))).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("id"), "{bad}");
+        }
+        let req = build(t, &args(json!({"id": "42"})), &rt.upstream).unwrap();
+        assert_eq!(req.uri().to_string(), "http://127.0.0.1:9/api/c/42/x");
+    }
+
+    #[test]
+    fn query_skips_absent_repeats_arrays_and_encodes() {
+        let rt = runtime(
+            "{method: GET, path: '/s/{id}', query: {q: '{q}', tag: '{tags}', fixed: 'v 1', limit: '{limit}'}}",
+            "{id: {type: string}, q: {type: string}, tags: {type: array}, limit: {type: integer}}",
+        );
+        let t = rt.tool("t").unwrap();
+        let pq = path_and_query(t, &args(json!({"id": "1", "q": "a&b=c", "tags": ["x", "y"]}))).unwrap();
+        assert_eq!(pq, "/s/1?fixed=v%201&q=a%26b%3Dc&tag=x&tag=y");
+    }
+
+    #[test]
+    fn body_all_excludes_arguments_used_elsewhere() {
+        let rt = runtime(
+            "{method: POST, path: '/c/{id}', headers: {X-Trace: '{trace}'}}",
+            "{id: {type: string}, trace: {type: string}, note: {type: object}}",
+        );
+        let t = rt.tool("t").unwrap();
+        let req = build(
+            t,
+            &args(json!({"id": "1", "trace": "abc", "note": {"a": 1}})),
+            &rt.upstream,
+        )
+        .unwrap();
+        assert_eq!(req.headers()["x-trace"], "abc");
+        assert_eq!(req.headers()["content-type"], "application/json");
+        let body = futures_body(req);
+        assert_eq!(body, json!({"note": {"a": 1}}));
+    }
+
+    #[test]
+    fn header_values_with_newlines_are_refused() {
+        let rt = runtime(
+            "{method: GET, path: '/c/{id}', headers: {X-Trace: '{trace}'}}",
+            "{id: {type: string}, trace: {type: string}}",
+        );
+        let e = build(
+            rt.tool("t").unwrap(),
+            &args(json!({"id": "1", "trace": "a\r\nX-Evil: 1"})),
+            &rt.upstream,
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("trace"));
+        assert!(e.message.contains("line breaks"));
+    }
+
+    #[test]
+    fn named_body_fields_only() {
+        let rt = runtime(
+            "{method: PUT, path: '/c/{id}', body: [a]}",
+            "{id: {type: string}, a: {type: string}, b: {type: string}}",
+        );
+        let req = build(
+            rt.tool("t").unwrap(),
+            &args(json!({"id": "1", "a": "x", "b": "y"})),
+            &rt.upstream,
+        )
+        .unwrap();
+        assert_eq!(futures_body(req), json!({"a": "x"}));
+    }
+
+    fn futures_body(req: Request<Full<Bytes>>) -> Value {
+        use http_body_util::BodyExt;
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let bytes = rt.block_on(req.into_body().collect()).unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+}

@@ -1,0 +1,166 @@
+//! The upstream side: mapping arguments to an HTTP request, the pooled client, and shaping
+//! the HTTP response into a business outcome.
+
+pub mod mapping;
+pub mod shape;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use toolgate_config::UpstreamConfig;
+
+/// The upstream client could not be built from the config.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// `baseUrl` is not usable.
+    #[error("baseUrl `{url}`: {reason}")]
+    BaseUrl {
+        /// The configured URL.
+        url: String,
+        /// Why it is not usable.
+        reason: String,
+    },
+}
+
+/// Why an upstream call produced no usable response.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// No complete response within the tool's timeout.
+    #[error("no response within {0:?}")]
+    Timeout(Duration),
+    /// The connection could not be opened (refused, unreachable, connect timeout).
+    #[error("connection failed")]
+    Connect,
+    /// The connection broke while sending or receiving.
+    #[error("transport error")]
+    Transport,
+    /// The response body was larger than `upstream.maxResponseBytes`.
+    #[error("response body larger than {0} bytes")]
+    TooLarge(u64),
+}
+
+impl CallError {
+    /// Stable label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Timeout(_) => "timeout",
+            CallError::Connect => "connect",
+            CallError::Transport => "transport",
+            CallError::TooLarge(_) => "too_large",
+        }
+    }
+}
+
+/// A complete upstream response.
+#[derive(Debug, Clone)]
+pub struct UpstreamResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// `Content-Type`, if any.
+    pub content_type: Option<HeaderValue>,
+    /// The whole body.
+    pub body: Bytes,
+}
+
+/// Pooled HTTP/1.1 client for one upstream base URL.
+pub struct Upstream {
+    client: Client<HttpConnector, Full<Bytes>>,
+    authority: String,
+    prefix: String,
+    max_response_bytes: u64,
+}
+
+impl Upstream {
+    /// Builds the client for `cfg`.
+    pub fn new(cfg: &UpstreamConfig) -> Result<Self, UpstreamError> {
+        let bad = |reason: &str| UpstreamError::BaseUrl {
+            url: cfg.base_url.clone(),
+            reason: reason.into(),
+        };
+        let rest = cfg
+            .base_url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("only http:// is supported"))?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        authority
+            .parse::<http::uri::Authority>()
+            .map_err(|_| bad("invalid host or port"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_max_idle_per_host(cfg.pool_max_idle)
+            .pool_idle_timeout(Duration::from_millis(cfg.pool_idle_timeout_ms))
+            .build(connector);
+        Ok(Self {
+            client,
+            authority: authority.to_string(),
+            prefix: prefix.to_string(),
+            max_response_bytes: cfg.max_response_bytes,
+        })
+    }
+
+    /// The absolute URI of `path_and_query` (already encoded) below the base URL.
+    pub fn uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+        Uri::builder()
+            .scheme("http")
+            .authority(self.authority.as_str())
+            .path_and_query(format!("{}{}", self.prefix, path_and_query))
+            .build()
+    }
+
+    /// Sends `req` and reads the whole response within `timeout`.
+    pub async fn send(&self, req: Request<Full<Bytes>>, timeout: Duration) -> Result<UpstreamResponse, CallError> {
+        let limit = self.max_response_bytes;
+        let call = async {
+            let resp = self.client.request(req).await.map_err(|e| {
+                if e.is_connect() {
+                    CallError::Connect
+                } else {
+                    CallError::Transport
+                }
+            })?;
+            let status = resp.status().as_u16();
+            let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
+            if resp
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .is_some_and(|n| n > limit)
+            {
+                return Err(CallError::TooLarge(limit));
+            }
+            let body = Limited::new(resp.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                        CallError::TooLarge(limit)
+                    } else {
+                        CallError::Transport
+                    }
+                })?
+                .to_bytes();
+            Ok(UpstreamResponse {
+                status,
+                content_type,
+                body,
+            })
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(CallError::Timeout(timeout)),
+        }
+    }
+}
