@@ -1,0 +1,209 @@
+//! Test harness: the real example service on a loopback port, the proxy on another, and a
+//! small MCP-over-HTTP client.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use toolgate_proxy::{start, Running, StartOptions};
+
+pub const TOOLS: &str = r#"
+tools:
+  - name: get_customer
+    description: Returns one customer.
+    whenToUse: The id is known.
+    inputSchema:
+      type: object
+      additionalProperties: false
+      required: [customerId]
+      properties: {customerId: {type: string}}
+    outputSchema: {type: object, required: [id], properties: {id: {type: string}}}
+    http: {method: GET, path: "/customers/{customerId}"}
+    response:
+      redact: [/internalNotes]
+      statuses:
+        "404": {status: needs_more_info, message: Customer not found, message_es: No encontré al cliente, nextQuestion: "¿Me compartes tu número de cliente?"}
+  - name: create_ticket
+    inputSchema:
+      type: object
+      additionalProperties: false
+      required: [customerId, subject]
+      properties:
+        customerId: {type: string}
+        subject: {type: string}
+        metadata: {type: object}
+        tags: {type: array, items: {type: string}}
+    http: {method: POST, path: /tickets}
+    response: {evidence: [/ticketId]}
+  - name: create_ticket_no_evidence
+    inputSchema: {type: object, properties: {customerId: {type: string}, subject: {type: string}}}
+    http: {method: POST, path: /tickets}
+    response: {evidence: [/receiptId]}
+  - name: submit_payment
+    inputSchema: {type: object}
+    http: {method: POST, path: /payments}
+    safety: external_send
+  - name: confirm
+    inputSchema: {type: object}
+    http: {method: POST, path: /confirmations}
+  - name: status
+    inputSchema: {type: object, required: [code], properties: {code: {type: integer}}}
+    http: {method: GET, path: "/status/{code}"}
+  - name: slow
+    inputSchema: {type: object, properties: {ms: {type: integer}}}
+    http: {method: GET, path: /slow, query: {ms: "{ms}"}, timeoutMs: 300}
+  - name: text
+    inputSchema: {type: object}
+    http: {method: GET, path: /text}
+  - name: echo
+    inputSchema:
+      type: object
+      required: [id]
+      properties: {id: {type: string}, q: {type: string}, trace: {type: string}, note: {type: object}}
+    http: {method: PATCH, path: "/echo/{id}", query: {q: "{q}"}, headers: {X-Trace: "{trace}"}}
+  - name: big
+    inputSchema: {type: object, properties: {bytes: {type: integer}}}
+    http: {method: GET, path: /big, query: {bytes: "{bytes}"}}
+"#;
+
+/// A config document for `upstream` with `extra_server` YAML lines under `server:`.
+pub fn config_text(upstream: SocketAddr, extra_server: &str) -> String {
+    format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver:\n  listen: 127.0.0.1:0\n  adminListen: 127.0.0.1:0\n  shutdownGraceSeconds: 5\n{extra_server}upstream:\n  baseUrl: http://{upstream}\n  timeoutMs: 5000\n{TOOLS}"
+    )
+}
+
+pub struct Harness {
+    pub proxy: Running,
+    pub upstream: SocketAddr,
+    pub http: Client<HttpConnector, Full<Bytes>>,
+}
+
+pub fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build(HttpConnector::new())
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with("").await
+    }
+
+    pub async fn start_with(extra_server: &str) -> Self {
+        let upstream = toolgate_example_service::spawn().await.unwrap();
+        let cfg = toolgate_config::parse_yaml(&config_text(upstream, extra_server)).unwrap();
+        let proxy = start(cfg, StartOptions::default()).await.unwrap();
+        Self { proxy, upstream, http: client() }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.proxy.mcp_addr)
+    }
+
+    /// Sends a raw request to the MCP endpoint.
+    pub async fn raw(&self, method: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> (StatusCode, http::HeaderMap, Bytes) {
+        send(&self.http, method, &self.url(), headers, body.into()).await
+    }
+
+    /// Counts requests the upstream has served (including this one).
+    pub async fn upstream_requests(&self) -> u64 {
+        let (_, _, body) = send(&self.http, "GET", &format!("http://{}/stats", self.upstream), &[], Bytes::new()).await;
+        serde_json::from_slice::<Value>(&body).unwrap()["requests"].as_u64().unwrap()
+    }
+
+    /// An initialized session at `version`.
+    pub async fn session(&self, version: &str) -> Session {
+        Session::open(self.http.clone(), self.url(), version).await
+    }
+}
+
+pub async fn send(
+    http: &Client<HttpConnector, Full<Bytes>>,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> (StatusCode, http::HeaderMap, Bytes) {
+    let mut req = Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = http.request(req.body(Full::new(body)).unwrap()).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, body)
+}
+
+pub struct Session {
+    pub http: Client<HttpConnector, Full<Bytes>>,
+    pub url: String,
+    pub id: String,
+    pub version: String,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+impl Session {
+    pub async fn open(http: Client<HttpConnector, Full<Bytes>>, url: String, version: &str) -> Self {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "harness", "version": "1"}}});
+        let (status, headers, body) = send(&http, "POST", &url, &base_headers(), Bytes::from(init.to_string())).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let id = headers["mcp-session-id"].to_str().unwrap().to_string();
+        let negotiated = serde_json::from_slice::<Value>(&body).unwrap()["result"]["protocolVersion"].as_str().unwrap().to_string();
+        let s = Self { http, url, id, version: negotiated, next_id: 1.into() };
+        let (status, _, body) = s.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        assert!(body.is_empty());
+        s
+    }
+
+    pub async fn post(&self, msg: &Value) -> (StatusCode, http::HeaderMap, Bytes) {
+        let mut h = base_headers();
+        h.push(("mcp-session-id", &self.id));
+        h.push(("mcp-protocol-version", &self.version));
+        send(&self.http, "POST", &self.url, &h, Bytes::from(msg.to_string())).await
+    }
+
+    /// Sends a request and returns the whole JSON-RPC response.
+    pub async fn request(&self, method: &str, params: Value) -> Value {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (status, _, body) = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["id"], id);
+        v
+    }
+
+    /// Calls a tool; returns the JSON-RPC response.
+    pub async fn call(&self, tool: &str, args: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": args})).await
+    }
+
+    /// Calls a tool that must produce a result; returns (envelope, isError) after checking the
+    /// one-text-block rule and that structuredContent equals the text.
+    pub async fn envelope(&self, tool: &str, args: Value) -> (Value, bool) {
+        let resp = self.call(tool, args).await;
+        let result = &resp["result"];
+        assert!(result.is_object(), "expected a result: {resp}");
+        let content = result["content"].as_array().unwrap();
+        assert_eq!(content.len(), 1, "exactly one content block");
+        assert_eq!(content[0]["type"], "text");
+        let env: Value = serde_json::from_str(content[0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(result["structuredContent"], env);
+        for key in ["ok", "status", "data", "errors", "nextQuestion", "toolName", "safety", "durationMs"] {
+            assert!(env.get(key).is_some(), "envelope lacks {key}: {env}");
+        }
+        assert_eq!(env["toolName"], tool);
+        (env, result["isError"].as_bool().unwrap())
+    }
+}
+
+pub fn base_headers() -> Vec<(&'static str, &'static str)> {
+    vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")]
+}
