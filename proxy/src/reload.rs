@@ -68,7 +68,9 @@ pub fn apply(shared: &Shared, text: &str) -> Reloaded {
 
 /// Watches `path` until `stop` fires.
 pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut stop: watch::Receiver<bool>) {
-    let mut last: Option<Vec<u8>> = std::fs::read(&path).ok();
+    // Start with no remembered content: the first tick parses the file and compares it with
+    // the config being served, so a change made before this task first ran is not missed.
+    let mut last: Option<Vec<u8>> = None;
     let mut last_error: Option<String> = None;
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
