@@ -84,7 +84,7 @@ fn customer(id: &str) -> Option<Value> {
     }
 }
 
-fn query_param<'a>(query: &'a str, name: &str) -> Option<String> {
+fn query_param(query: &str, name: &str) -> Option<String> {
     query.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k == name).then(|| percent_decode(v))

@@ -82,6 +82,8 @@ pub struct Runtime {
     pub upstream: Upstream,
     /// Lower-cased allowed origins.
     pub allowed_origins: Vec<String>,
+    /// Lower-cased allowed `Host` names; `None` accepts any host.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Runtime {
@@ -107,6 +109,25 @@ impl Runtime {
             .iter()
             .map(|o| o.to_ascii_lowercase())
             .collect();
+        let loopback = config
+            .server
+            .listen
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        let allowed_hosts = if !config.server.allowed_hosts.is_empty() {
+            Some(
+                config
+                    .server
+                    .allowed_hosts
+                    .iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+            )
+        } else if loopback {
+            Some(vec!["localhost".into(), "127.0.0.1".into(), "[::1]".into()])
+        } else {
+            None
+        };
         Ok(Self {
             config,
             tools,
@@ -114,6 +135,7 @@ impl Runtime {
             generation,
             upstream,
             allowed_origins,
+            allowed_hosts,
         })
     }
 

@@ -33,14 +33,22 @@ fn check_lists_every_problem_and_exits_64() {
     let out = Command::new(BIN).arg("check").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
-    for needle in ["upstream.timeoutMs", "tools[0] (a).inputSchema", "tools[1] (a).name: duplicate tool name", "4 problems"] {
+    for needle in [
+        "upstream.timeoutMs",
+        "tools[0] (a).inputSchema",
+        "tools[1] (a).name: duplicate tool name",
+        "4 problems",
+    ] {
         assert!(err.contains(needle), "`{needle}` missing from:\n{err}");
     }
 }
 
 #[test]
 fn serving_a_bad_config_exits_64_with_one_clear_line() {
-    let path = write_temp("bad2.yaml", "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'ftp://x'}\n");
+    let path = write_temp(
+        "bad2.yaml",
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'ftp://x'}\n",
+    );
     let out = Command::new(BIN).arg("--config").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -53,24 +61,40 @@ fn the_published_config_schema_is_current() {
     let generated: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/proxy-config.schema.json");
     let checked_in: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    assert_eq!(generated, checked_in, "run `cargo run -p toolgate-proxy -- schema > proxy/config/proxy-config.schema.json`");
+    assert_eq!(
+        generated, checked_in,
+        "run `cargo run -p toolgate-proxy -- schema > proxy/config/proxy-config.schema.json`"
+    );
 }
 
 #[tokio::test]
 async fn sigterm_drains_in_flight_calls_then_exits_zero() {
     let upstream = toolgate_example_service::spawn().await.unwrap();
-    let port = |_: ()| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = |_: ()| {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
     let (mcp, admin) = (port(()), port(()));
     let text = common::config_text(upstream, "")
         .replace("listen: 127.0.0.1:0", &format!("listen: 127.0.0.1:{mcp}"))
         .replace("adminListen: 127.0.0.1:0", &format!("adminListen: 127.0.0.1:{admin}"))
         .replace("timeoutMs: 300", "timeoutMs: 5000");
     let path = write_temp("drain.yaml", &text);
-    let mut child = Command::new(BIN).arg("--config").arg(&path).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let http = common::client();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let ready = http.get(format!("http://127.0.0.1:{admin}/readyz").parse().unwrap()).await;
+        let ready = http
+            .get(format!("http://127.0.0.1:{admin}/readyz").parse().unwrap())
+            .await;
         if ready.is_ok_and(|r| r.status() == 200) {
             break;
         }
@@ -80,12 +104,19 @@ async fn sigterm_drains_in_flight_calls_then_exits_zero() {
     let s = common::Session::open(http.clone(), format!("http://127.0.0.1:{mcp}/mcp"), "2025-06-18").await;
     let call = tokio::spawn(async move { s.envelope("slow", json!({"ms": 800})).await });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let killed = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     assert!(killed.success());
     let (env, is_error) = call.await.unwrap();
     assert!(!is_error, "the in-flight call was cut off: {env}");
     assert_eq!(env["data"]["slept"], 800);
-    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(status.code(), Some(0));
     // New connections are refused once the listener is closed.
     assert!(std::net::TcpStream::connect(("127.0.0.1", mcp)).is_err());

@@ -45,7 +45,10 @@ async fn sessions_are_required_checked_and_ended_by_delete() {
     let list = br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#.to_vec();
     let (status, _, body) = h.raw("POST", &base_headers(), list.clone()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "no session header");
-    assert!(json_of(&body)["error"]["message"].as_str().unwrap().contains("Mcp-Session-Id"));
+    assert!(json_of(&body)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("Mcp-Session-Id"));
 
     let mut hs = base_headers();
     hs.push(("mcp-session-id", "deadbeef"));
@@ -101,11 +104,14 @@ async fn get_is_405_and_unsupported_protocol_version_is_400() {
     hs.push(("mcp-protocol-version", "1999-01-01"));
     let (status, _, body) = h.raw("POST", &hs, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(json_of(&body)["error"]["message"].as_str().unwrap().contains("MCP-Protocol-Version"));
+    assert!(json_of(&body)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("MCP-Protocol-Version"));
 }
 
 #[tokio::test]
-async fn foreign_origins_are_refused_same_host_and_allowlisted_ones_pass() {
+async fn foreign_origins_are_refused_loopback_and_allowlisted_ones_pass() {
     let h = Harness::start().await;
     let host = h.proxy.mcp_addr.to_string();
     let same = format!("http://{host}");
@@ -126,7 +132,44 @@ async fn foreign_origins_are_refused_same_host_and_allowlisted_ones_pass() {
     assert_eq!(status, StatusCode::OK);
     let mut hs = base_headers();
     hs.push(("origin", "https://other.example"));
-    assert_eq!(h.raw("POST", &hs, init_body("2025-06-18")).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(
+        h.raw("POST", &hs, init_body("2025-06-18")).await.0,
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
+async fn dns_rebinding_is_refused_on_a_loopback_listener() {
+    let h = Harness::start().await;
+    let port = h.proxy.mcp_addr.port();
+    let evil = format!("evil.example:{port}");
+    let evil_origin = format!("http://evil.example:{port}");
+    for hs in [
+        vec![("host", evil.as_str())],
+        vec![("host", evil.as_str()), ("origin", evil_origin.as_str())],
+    ] {
+        let mut headers = base_headers();
+        headers.extend(hs);
+        let (status, headers, _) = h.raw("POST", &headers, init_body("2025-06-18")).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(headers.get("access-control-allow-origin").is_none());
+        assert!(headers.get("mcp-session-id").is_none());
+    }
+    let localhost = format!("localhost:{port}");
+    let mut headers = base_headers();
+    headers.push(("host", localhost.as_str()));
+    assert_eq!(h.raw("POST", &headers, init_body("2025-06-18")).await.0, StatusCode::OK);
+
+    let h = Harness::start_with("  allowedHosts: [mcp.example]\n").await;
+    let mut headers = base_headers();
+    headers.push(("host", "mcp.example"));
+    assert_eq!(h.raw("POST", &headers, init_body("2025-06-18")).await.0, StatusCode::OK);
+    let mut headers = base_headers();
+    headers.push(("host", "other.example"));
+    assert_eq!(
+        h.raw("POST", &headers, init_body("2025-06-18")).await.0,
+        StatusCode::FORBIDDEN
+    );
 }
 
 #[tokio::test]
@@ -148,20 +191,49 @@ async fn malformed_messages_get_json_rpc_errors() {
     hs.push(("mcp-session-id", &s.id));
     let cases: [(&str, StatusCode, i64, Value); 6] = [
         ("{not json", StatusCode::BAD_REQUEST, -32700, Value::Null),
-        (r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#, StatusCode::BAD_REQUEST, -32600, Value::Null),
+        (
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            Value::Null,
+        ),
         (r#"{"id":3,"method":"ping"}"#, StatusCode::BAD_REQUEST, -32600, json!(3)),
-        (r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#, StatusCode::OK, -32601, json!(4)),
-        (r#"{"jsonrpc":"2.0","id":"s5","method":"tools/call","params":{"arguments":{}}}"#, StatusCode::OK, -32602, json!("s5")),
-        (r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":"{}"}}"#, StatusCode::OK, -32602, json!(6)),
+        (
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#,
+            StatusCode::OK,
+            -32601,
+            json!(4),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"s5","method":"tools/call","params":{"arguments":{}}}"#,
+            StatusCode::OK,
+            -32602,
+            json!("s5"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":"{}"}}"#,
+            StatusCode::OK,
+            -32602,
+            json!(6),
+        ),
     ];
     for (body, status, code, id) in cases {
         let (st, _, resp) = h.raw("POST", &hs, body).await;
         let v = json_of(&resp);
-        assert_eq!((st, v["error"]["code"].as_i64().unwrap()), (status, code), "{body} -> {v}");
+        assert_eq!(
+            (st, v["error"]["code"].as_i64().unwrap()),
+            (status, code),
+            "{body} -> {v}"
+        );
         assert_eq!(v["id"], id, "{body}");
     }
-    let batch = h.raw("POST", &hs, r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#).await;
-    assert!(json_of(&batch.2)["error"]["message"].as_str().unwrap().contains("batch"));
+    let batch = h
+        .raw("POST", &hs, r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#)
+        .await;
+    assert!(json_of(&batch.2)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("batch"));
     let (st, _, _) = h.raw("POST", &[("content-type", "text/plain")], "{}").await;
     assert_eq!(st, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(s.request("ping", json!({})).await["result"], json!({}));
@@ -178,7 +250,13 @@ async fn tools_list_pages_with_cursors_and_rejects_bad_ones() {
         let params = cursor.as_ref().map_or(json!({}), |c| json!({"cursor": c}));
         let r = s.request("tools/list", params).await;
         let result = &r["result"];
-        names.extend(result["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()));
+        names.extend(
+            result["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_string()),
+        );
         pages += 1;
         match result["nextCursor"].as_str() {
             Some(c) => cursor = Some(c.to_string()),
@@ -199,12 +277,18 @@ async fn tools_list_publishes_contract_annotations_and_envelope_schema() {
     let r = s.request("tools/list", json!({})).await;
     let tools = r["result"]["tools"].as_array().unwrap();
     let get = tools.iter().find(|t| t["name"] == "get_customer").unwrap();
-    assert_eq!(get["description"], "Returns one customer.\n\nWhen to use:\nThe id is known.");
+    assert_eq!(
+        get["description"],
+        "Returns one customer.\n\nWhen to use:\nThe id is known."
+    );
     assert_eq!(get["inputSchema"]["type"], "object");
     assert_eq!(get["annotations"]["readOnlyHint"], true);
     assert_eq!(get["annotations"]["idempotentHint"], true);
     assert_eq!(get["outputSchema"]["properties"]["toolName"]["const"], "get_customer");
-    assert_eq!(get["outputSchema"]["then"]["properties"]["data"]["required"], json!(["id"]));
+    assert_eq!(
+        get["outputSchema"]["then"]["properties"]["data"]["required"],
+        json!(["id"])
+    );
     let ticket = tools.iter().find(|t| t["name"] == "create_ticket").unwrap();
     assert_eq!(ticket["annotations"]["readOnlyHint"], false);
     assert_eq!(ticket["annotations"]["destructiveHint"], false);
@@ -221,7 +305,10 @@ async fn a_successful_call_returns_the_envelope_with_redacted_data() {
     assert_eq!(env["safety"], "read_only");
     assert_eq!(env["data"]["id"], "42");
     assert_eq!(env["data"]["name"], "Ana López");
-    assert!(env["data"].get("internalNotes").is_none(), "redacted field leaked: {env}");
+    assert!(
+        env["data"].get("internalNotes").is_none(),
+        "redacted field leaked: {env}"
+    );
     assert_eq!(env["errors"], json!([]));
     assert!(env["durationMs"].is_u64());
 }
@@ -237,13 +324,18 @@ async fn http_statuses_become_business_statuses() {
     assert_eq!(env["nextQuestion"], "¿Me compartes tu número de cliente?");
     assert_eq!(env["errors"][0]["message_es"], "No encontré al cliente");
 
-    let (env, is_error) = s.envelope("create_ticket", json!({"customerId": "42", "subject": "Router down"})).await;
+    let (env, is_error) = s
+        .envelope("create_ticket", json!({"customerId": "42", "subject": "Router down"}))
+        .await;
     assert!(!is_error, "{env}");
     assert!(env["data"]["ticketId"].as_str().unwrap().starts_with("T-"));
 
     let (env, is_error) = s.envelope("submit_payment", json!({})).await;
     assert!(!is_error);
-    assert_eq!((env["status"].as_str(), env["ok"].as_bool()), (Some("queued"), Some(true)));
+    assert_eq!(
+        (env["status"].as_str(), env["ok"].as_bool()),
+        (Some("queued"), Some(true))
+    );
     assert_eq!(env["safety"], "external_send");
     assert!(env["data"]["jobId"].is_string());
 
@@ -268,7 +360,9 @@ async fn http_statuses_become_business_statuses() {
 async fn success_without_evidence_is_failed() {
     let h = Harness::start().await;
     let s = h.session("2025-06-18").await;
-    let (env, is_error) = s.envelope("create_ticket_no_evidence", json!({"customerId": "42", "subject": "x"})).await;
+    let (env, is_error) = s
+        .envelope("create_ticket_no_evidence", json!({"customerId": "42", "subject": "x"}))
+        .await;
     assert!(is_error);
     assert_eq!(env["status"], "failed");
     assert_eq!(env["errors"][0]["code"], "missing_evidence");
@@ -279,7 +373,10 @@ async fn upstream_failures_become_envelopes_not_protocol_errors() {
     let h = Harness::start().await;
     let s = h.session("2025-06-18").await;
     let (env, _) = s.envelope("slow", json!({"ms": 3000})).await;
-    assert_eq!((env["status"].as_str(), env["errors"][0]["code"].as_str()), (Some("failed"), Some("upstream_timeout")));
+    assert_eq!(
+        (env["status"].as_str(), env["errors"][0]["code"].as_str()),
+        (Some("failed"), Some("upstream_timeout"))
+    );
     assert_eq!(env["errors"][0]["retryable"], true);
     assert!(env["durationMs"].as_u64().unwrap() < 2000);
 
@@ -290,7 +387,10 @@ async fn upstream_failures_become_envelopes_not_protocol_errors() {
     assert_eq!(env["status"], "success");
 
     // An upstream that is down.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let cfg = toolgate_config::parse_yaml(&common::config_text(dead, "")).unwrap();
     let proxy = toolgate_proxy::start(cfg, Default::default()).await.unwrap();
     let s2 = common::Session::open(common::client(), format!("http://{}/mcp", proxy.mcp_addr), "2025-06-18").await;
@@ -303,8 +403,11 @@ async fn upstream_failures_become_envelopes_not_protocol_errors() {
 #[tokio::test]
 async fn oversized_upstream_responses_fail_cleanly() {
     let upstream = toolgate_example_service::spawn().await.unwrap();
-    let text = common::config_text(upstream, "").replace("  timeoutMs: 5000\n", "  timeoutMs: 5000\n  maxResponseBytes: 10000\n");
-    let proxy = toolgate_proxy::start(toolgate_config::parse_yaml(&text).unwrap(), Default::default()).await.unwrap();
+    let text = common::config_text(upstream, "")
+        .replace("  timeoutMs: 5000\n", "  timeoutMs: 5000\n  maxResponseBytes: 10000\n");
+    let proxy = toolgate_proxy::start(toolgate_config::parse_yaml(&text).unwrap(), Default::default())
+        .await
+        .unwrap();
     let s = common::Session::open(common::client(), format!("http://{}/mcp", proxy.mcp_addr), "2025-06-18").await;
     let (env, _) = s.envelope("big", json!({"bytes": 50000})).await;
     assert_eq!(env["errors"][0]["code"], "upstream_response_too_large");
@@ -318,7 +421,12 @@ async fn invalid_arguments_are_json_rpc_errors_up_to_2025_06_18_and_never_reach_
     for version in ["2025-03-26", "2025-06-18"] {
         let s = h.session(version).await;
         let before = h.upstream_requests().await;
-        let r = s.call("create_ticket", json!({"subject": 5, "metadata": "{\"a\": 1}", "extra": true})).await;
+        let r = s
+            .call(
+                "create_ticket",
+                json!({"subject": 5, "metadata": "{\"a\": 1}", "extra": true}),
+            )
+            .await;
         let after = h.upstream_requests().await;
         assert_eq!(after - before, 1, "only the stats probe itself reached the upstream");
         let e = &r["error"];
@@ -330,7 +438,10 @@ async fn invalid_arguments_are_json_rpc_errors_up_to_2025_06_18_and_never_reach_
         }
         assert!(fields.contains(&e["data"]["field"].as_str().unwrap()));
         let meta = errors.iter().find(|e| e["field"] == "metadata").unwrap();
-        assert!(meta["message"].as_str().unwrap().contains("string containing JSON"), "{meta}");
+        assert!(
+            meta["message"].as_str().unwrap().contains("string containing JSON"),
+            "{meta}"
+        );
     }
 }
 
@@ -364,7 +475,10 @@ async fn path_query_headers_and_body_are_mapped_safely() {
     let h = Harness::start().await;
     let s = h.session("2025-06-18").await;
     let (env, _) = s
-        .envelope("echo", json!({"id": "../../admin?x=1", "q": "a b&c", "trace": "t-1", "note": {"k": [1, 2]}}))
+        .envelope(
+            "echo",
+            json!({"id": "../../admin?x=1", "q": "a b&c", "trace": "t-1", "note": {"k": [1, 2]}}),
+        )
         .await;
     let d = &env["data"];
     assert_eq!(d["method"], "PATCH");

@@ -19,18 +19,30 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-const EXTRA_TOOL: &str = "  - name: added_later\n    inputSchema: {type: object}\n    http: {method: GET, path: /health}\n";
+const EXTRA_TOOL: &str =
+    "  - name: added_later\n    inputSchema: {type: object}\n    http: {method: GET, path: /health}\n";
 
 async fn start_watching(path: &Path) -> Running {
     let cfg = toolgate_proxy::reload::load_file(path).unwrap();
-    start(cfg, StartOptions { config_path: Some(path.to_path_buf()), reload_interval: Duration::from_millis(50) })
-        .await
-        .unwrap()
+    start(
+        cfg,
+        StartOptions {
+            config_path: Some(path.to_path_buf()),
+            reload_interval: Duration::from_millis(50),
+        },
+    )
+    .await
+    .unwrap()
 }
 
 async fn tool_names(s: &Session) -> Vec<String> {
     let r = s.request("tools/list", json!({})).await;
-    r["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 async fn wait_for_generation(p: &Running, generation: u64) {
@@ -42,7 +54,14 @@ async fn wait_for_generation(p: &Running, generation: u64) {
 }
 
 async fn readyz(p: &Running) -> Value {
-    let (_, _, body) = common::send(&common::client(), "GET", &format!("http://{}/readyz", p.admin_addr), &[], Default::default()).await;
+    let (_, _, body) = common::send(
+        &common::client(),
+        "GET",
+        &format!("http://{}/readyz", p.admin_addr),
+        &[],
+        Default::default(),
+    )
+    .await;
     serde_json::from_slice(&body).unwrap()
 }
 
@@ -59,12 +78,19 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
 
     std::fs::write(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
     wait_for_generation(&p, 2).await;
-    assert!(tool_names(&s).await.contains(&"added_later".to_string()), "sessions survive a reload");
+    assert!(
+        tool_names(&s).await.contains(&"added_later".to_string()),
+        "sessions survive a reload"
+    );
     assert_eq!(readyz(&p).await["generation"], 2);
 
     std::fs::write(&path, base.replace("type: object", "type: string")).unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(p.shared.runtime.load().generation, 2, "an invalid config is never applied");
+    assert_eq!(
+        p.shared.runtime.load().generation,
+        2,
+        "an invalid config is never applied"
+    );
     assert!(tool_names(&s).await.contains(&"added_later".to_string()));
     let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;
     assert_eq!(env["status"], "success");
@@ -145,7 +171,11 @@ async fn reload_under_load_loses_no_call() {
         }));
     }
     for i in 0..20u64 {
-        let text = if i % 2 == 0 { format!("{base}{EXTRA_TOOL}") } else { base.replace("Returns one customer.", &format!("Returns one customer (v{i}).")) };
+        let text = if i % 2 == 0 {
+            format!("{base}{EXTRA_TOOL}")
+        } else {
+            base.replace("Returns one customer.", &format!("Returns one customer (v{i})."))
+        };
         std::fs::write(&path, text).unwrap();
         wait_for_generation(&p, i + 2).await;
     }
@@ -154,6 +184,10 @@ async fn reload_under_load_loses_no_call() {
         w.await.unwrap();
     }
     assert_eq!(p.shared.runtime.load().generation, 21);
-    assert!(ok.load(Ordering::Relaxed) > 100, "only {} calls completed", ok.load(Ordering::Relaxed));
+    assert!(
+        ok.load(Ordering::Relaxed) > 100,
+        "only {} calls completed",
+        ok.load(Ordering::Relaxed)
+    );
     p.shutdown().await;
 }

@@ -18,7 +18,7 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-BIN_DIR=${TOOLGATE_BIN_DIR:-$ROOT/target/debug}
+BIN_DIR=$(cd "${TOOLGATE_BIN_DIR:-$ROOT/target/debug}" && pwd)
 CONFIG_SRC=${TOOLGATE_EXAMPLE_CONFIG:-$ROOT/example/proxy.yaml}
 MCP_PATH=${TOOLGATE_MCP_PATH:-/mcp}
 CACHE=${TOOLGATE_CACHE:-$HOME/.cache/toolgate}

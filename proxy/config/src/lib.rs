@@ -64,10 +64,15 @@ pub struct ServerConfig {
     /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`). Changing it needs a restart.
     #[serde(default = "defaults::admin_listen")]
     pub admin_listen: String,
-    /// Browser Origins allowed to call the endpoint (`scheme://host[:port]`). Empty: only
-    /// requests without an `Origin` header, or whose Origin names the same host as `Host`.
+    /// Browser Origins allowed to call the endpoint (`scheme://host[:port]`, or `*`). Empty:
+    /// only requests without an `Origin` header or from a loopback Origin (`localhost`,
+    /// `127.0.0.1`, `[::1]`, any port).
     #[serde(default)]
     pub allowed_origins: Vec<String>,
+    /// Host names the endpoint answers to (DNS-rebinding protection), without ports. Empty:
+    /// loopback names only when `listen` is a loopback address, any host otherwise.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
     /// Largest accepted request body; larger ones get HTTP 413.
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: u64,
@@ -98,6 +103,7 @@ impl Default for ServerConfig {
             path: defaults::path(),
             admin_listen: defaults::admin_listen(),
             allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_body_bytes: defaults::max_body_bytes(),
             session_ttl_seconds: defaults::session_ttl_seconds(),
             max_sessions: defaults::max_sessions(),

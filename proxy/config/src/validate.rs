@@ -85,6 +85,14 @@ impl ProxyConfig {
                 errs.push(ConfigError::new(format!("server.allowedOrigins[{i}]"), e));
             }
         }
+        for (i, host) in s.allowed_hosts.iter().enumerate() {
+            if host.is_empty() || host.contains(['/', ' ', '@']) || (host.contains(':') && !host.starts_with('[')) {
+                errs.push(ConfigError::new(
+                    format!("server.allowedHosts[{i}]"),
+                    format!("`{host}` is not a host name: use `mcp.example.com`, `10.0.0.7` or `[::1]` without a port"),
+                ));
+            }
+        }
         if s.max_body_bytes == 0 || s.max_body_bytes > MAX_BODY_LIMIT {
             errs.push(ConfigError::new(
                 "server.maxBodyBytes",

@@ -139,6 +139,15 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) ->
             &json!({"error": format!("not found: the MCP endpoint is {}", rt.config.server.path)}),
         );
     }
+    if !host_allowed(&rt, req.headers()) {
+        return rpc_error(
+            StatusCode::FORBIDDEN,
+            None,
+            code::INVALID_REQUEST,
+            "Forbidden: this Host is not served here (DNS-rebinding protection; see server.allowedHosts)",
+            None,
+        );
+    }
     let origin = req.headers().get(ORIGIN).cloned();
     if let Some(o) = &origin {
         if !origin_allowed(&rt, o, req.headers()) {
@@ -197,21 +206,43 @@ fn preflight() -> Response<Body> {
     r
 }
 
-/// DNS-rebinding protection: an Origin must be allowlisted, or name the host the request was sent to.
-fn origin_allowed(rt: &Runtime, origin: &HeaderValue, headers: &HeaderMap) -> bool {
-    let Ok(origin) = origin.to_str() else {
+/// The host part of a `Host` header or an origin's authority, lower-cased, without the port.
+fn host_name(authority: &str) -> String {
+    let a = authority.trim().to_ascii_lowercase();
+    if a.starts_with('[') {
+        return a.split_inclusive(']').next().unwrap_or("").to_string();
+    }
+    match a.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h.to_string(),
+        _ => a,
+    }
+}
+
+fn is_loopback_name(host: &str) -> bool {
+    host == "localhost" || host == "[::1]" || host.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// DNS-rebinding protection, part one: the request must be addressed to a host we serve.
+fn host_allowed(rt: &Runtime, headers: &HeaderMap) -> bool {
+    let Some(allowed) = &rt.allowed_hosts else { return true };
+    let Some(host) = headers.get(HOST).and_then(|h| h.to_str().ok()).map(host_name) else {
         return false;
     };
+    allowed.iter().any(|a| *a == host) || (rt.config.server.allowed_hosts.is_empty() && is_loopback_name(&host))
+}
+
+/// DNS-rebinding protection, part two: a browser Origin must be allowlisted, or be a loopback
+/// origin when no allowlist is configured.
+fn origin_allowed(rt: &Runtime, origin: &HeaderValue, _headers: &HeaderMap) -> bool {
+    let Ok(origin) = origin.to_str() else { return false };
     let origin = origin.to_ascii_lowercase();
     if !rt.allowed_origins.is_empty() {
         return rt.allowed_origins.iter().any(|a| a == "*" || *a == origin);
     }
-    let host = headers
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_ascii_lowercase);
-    let origin_host = origin.split_once("://").map(|(_, rest)| rest.trim_end_matches('/'));
-    matches!((host, origin_host), (Some(h), Some(o)) if h == o)
+    match origin.split_once("://") {
+        Some(("http" | "https", authority)) => is_loopback_name(&host_name(authority.trim_end_matches('/'))),
+        _ => false,
+    }
 }
 
 fn delete(shared: &Shared, _rt: &Runtime, headers: &HeaderMap) -> Response<Body> {

@@ -98,7 +98,11 @@ impl Harness {
         let upstream = toolgate_example_service::spawn().await.unwrap();
         let cfg = toolgate_config::parse_yaml(&config_text(upstream, extra_server)).unwrap();
         let proxy = start(cfg, StartOptions::default()).await.unwrap();
-        Self { proxy, upstream, http: client() }
+        Self {
+            proxy,
+            upstream,
+            http: client(),
+        }
     }
 
     pub fn url(&self) -> String {
@@ -106,14 +110,28 @@ impl Harness {
     }
 
     /// Sends a raw request to the MCP endpoint.
-    pub async fn raw(&self, method: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> (StatusCode, http::HeaderMap, Bytes) {
+    pub async fn raw(
+        &self,
+        method: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> (StatusCode, http::HeaderMap, Bytes) {
         send(&self.http, method, &self.url(), headers, body.into()).await
     }
 
     /// Counts requests the upstream has served (including this one).
     pub async fn upstream_requests(&self) -> u64 {
-        let (_, _, body) = send(&self.http, "GET", &format!("http://{}/stats", self.upstream), &[], Bytes::new()).await;
-        serde_json::from_slice::<Value>(&body).unwrap()["requests"].as_u64().unwrap()
+        let (_, _, body) = send(
+            &self.http,
+            "GET",
+            &format!("http://{}/stats", self.upstream),
+            &[],
+            Bytes::new(),
+        )
+        .await;
+        serde_json::from_slice::<Value>(&body).unwrap()["requests"]
+            .as_u64()
+            .unwrap()
     }
 
     /// An initialized session at `version`.
@@ -155,9 +173,20 @@ impl Session {
         let (status, headers, body) = send(&http, "POST", &url, &base_headers(), Bytes::from(init.to_string())).await;
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
         let id = headers["mcp-session-id"].to_str().unwrap().to_string();
-        let negotiated = serde_json::from_slice::<Value>(&body).unwrap()["result"]["protocolVersion"].as_str().unwrap().to_string();
-        let s = Self { http, url, id, version: negotiated, next_id: 1.into() };
-        let (status, _, body) = s.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+        let negotiated = serde_json::from_slice::<Value>(&body).unwrap()["result"]["protocolVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let s = Self {
+            http,
+            url,
+            id,
+            version: negotiated,
+            next_id: 1.into(),
+        };
+        let (status, _, body) = s
+            .post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
         assert_eq!(status, StatusCode::ACCEPTED);
         assert!(body.is_empty());
         s
@@ -173,7 +202,9 @@ impl Session {
     /// Sends a request and returns the whole JSON-RPC response.
     pub async fn request(&self, method: &str, params: Value) -> Value {
         let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (status, _, body) = self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
+        let (status, _, body) = self
+            .post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["id"], id);
@@ -182,7 +213,8 @@ impl Session {
 
     /// Calls a tool; returns the JSON-RPC response.
     pub async fn call(&self, tool: &str, args: Value) -> Value {
-        self.request("tools/call", json!({"name": tool, "arguments": args})).await
+        self.request("tools/call", json!({"name": tool, "arguments": args}))
+            .await
     }
 
     /// Calls a tool that must produce a result; returns (envelope, isError) after checking the
@@ -196,7 +228,16 @@ impl Session {
         assert_eq!(content[0]["type"], "text");
         let env: Value = serde_json::from_str(content[0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(result["structuredContent"], env);
-        for key in ["ok", "status", "data", "errors", "nextQuestion", "toolName", "safety", "durationMs"] {
+        for key in [
+            "ok",
+            "status",
+            "data",
+            "errors",
+            "nextQuestion",
+            "toolName",
+            "safety",
+            "durationMs",
+        ] {
             assert!(env.get(key).is_some(), "envelope lacks {key}: {env}");
         }
         assert_eq!(env["toolName"], tool);
@@ -205,5 +246,8 @@ impl Session {
 }
 
 pub fn base_headers() -> Vec<(&'static str, &'static str)> {
-    vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")]
+    vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+    ]
 }
