@@ -228,7 +228,7 @@ fn host_allowed(rt: &Runtime, headers: &HeaderMap) -> bool {
     let Some(host) = headers.get(HOST).and_then(|h| h.to_str().ok()).map(host_name) else {
         return false;
     };
-    allowed.iter().any(|a| *a == host) || (rt.config.server.allowed_hosts.is_empty() && is_loopback_name(&host))
+    allowed.contains(&host) || (rt.config.server.allowed_hosts.is_empty() && is_loopback_name(&host))
 }
 
 /// DNS-rebinding protection, part two: a browser Origin must be allowlisted, or be a loopback
