@@ -86,6 +86,33 @@ impl Outcome {
         Value::Object(m)
     }
 
+    /// The envelope serialized directly (the hot path: no intermediate JSON tree).
+    pub fn envelope_json(&self, tool: &str, safety: &str, duration_ms: u64) -> String {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Envelope<'a> {
+            ok: bool,
+            status: &'a str,
+            data: &'a Option<Value>,
+            errors: &'a [ErrorEntry],
+            next_question: &'a Option<String>,
+            tool_name: &'a str,
+            safety: &'a str,
+            duration_ms: u64,
+        }
+        serde_json::to_string(&Envelope {
+            ok: !self.is_error(),
+            status: self.status.as_str(),
+            data: &self.data,
+            errors: &self.errors,
+            next_question: &self.next_question,
+            tool_name: tool,
+            safety,
+            duration_ms,
+        })
+        .unwrap_or_default()
+    }
+
     /// Whether the MCP result carries `isError: true`.
     pub fn is_error(&self) -> bool {
         !(self.status.is_ok() && self.errors.is_empty())
@@ -100,6 +127,21 @@ pub fn call_result(envelope: Value, is_error: bool) -> Value {
         "structuredContent": envelope,
         "isError": is_error,
     })
+}
+
+/// [`call_result`] from an already serialized envelope, as JSON text: the envelope text is
+/// both the escaped text block and, verbatim, the structured content.
+pub fn call_result_json(envelope_json: &str, is_error: bool) -> String {
+    let escaped = serde_json::to_string(envelope_json).unwrap_or_default();
+    let mut out = String::with_capacity(escaped.len() + envelope_json.len() + 80);
+    out.push_str(r#"{"content":[{"type":"text","text":"#);
+    out.push_str(&escaped);
+    out.push_str(r#"}],"structuredContent":"#);
+    out.push_str(envelope_json);
+    out.push_str(r#","isError":"#);
+    out.push_str(if is_error { "true" } else { "false" });
+    out.push('}');
+    out
 }
 
 /// The published `outputSchema`: the envelope, with `data` held to the tool's own schema
@@ -207,6 +249,24 @@ mod tests {
             env
         );
         assert_eq!(r["structuredContent"], env);
+    }
+
+    #[test]
+    fn the_fast_serialization_matches_the_tree() {
+        let o = Outcome {
+            status: BusinessStatus::NeedsMoreInfo,
+            data: Some(json!({"b": 1, "a": "x\"y"})),
+            errors: vec![ErrorEntry::new("c", "m", "m_es", true).with_field("f")],
+            next_question: Some("¿Qué?".into()),
+            upstream_status: Some(404),
+        };
+        let text = o.envelope_json("t", "read_only", 3);
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            o.to_envelope("t", "read_only", 3)
+        );
+        let fast: Value = serde_json::from_str(&call_result_json(&text, o.is_error())).unwrap();
+        assert_eq!(fast, call_result(o.to_envelope("t", "read_only", 3), true));
     }
 
     #[test]

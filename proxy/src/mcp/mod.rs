@@ -104,6 +104,8 @@ fn empty(status: StatusCode) -> Response<Body> {
 /// Result of a JSON-RPC request handler.
 enum Reply {
     Result(Value),
+    /// A result already serialized as JSON text.
+    RawResult(String),
     Error {
         code: i64,
         message: String,
@@ -124,6 +126,19 @@ impl Reply {
         match self {
             Reply::Result(result) => {
                 json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
+            }
+            Reply::RawResult(result) => {
+                let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
+                let mut body = String::with_capacity(result.len() + id.len() + 32);
+                body.push_str(r#"{"jsonrpc":"2.0","id":"#);
+                body.push_str(&id);
+                body.push_str(r#","result":"#);
+                body.push_str(&result);
+                body.push('}');
+                let mut resp = Response::new(Full::new(Bytes::from(body)));
+                resp.headers_mut()
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                resp
             }
             Reply::Error { code, message, data } => rpc_error(StatusCode::OK, Some(id), code, message, data),
         }
@@ -575,8 +590,8 @@ async fn tools_call(rt: &Runtime, session: &Session, id: &Value, params: Option<
 
 fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let env = outcome.to_envelope(&tool.config.name, tool.safety.as_str(), ms);
-    Reply::Result(envelope::call_result(env, outcome.is_error()))
+    let env = outcome.envelope_json(&tool.config.name, tool.safety.as_str(), ms);
+    Reply::RawResult(envelope::call_result_json(&env, outcome.is_error()))
 }
 
 /// Invalid arguments: a JSON-RPC -32602 up to 2025-06-18, a `needs_more_info` tool result from

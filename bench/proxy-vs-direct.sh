@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Proxy vs direct upstream, side by side in one run (a benchmark, not a test).
+#
+#   bench/proxy-vs-direct.sh            # BENCH_SECONDS=5 per run by default
+#
+# Starts the example service and toolgate-proxy (release builds) on loopback with 100 tools
+# loaded, then drives the same operation with wrk at concurrency 1 and 32:
+#   direct: GET /customers/42 on the service
+#   proxy:  tools/call get_customer {"customerId":"42"} (validation, mapping, pick/redact,
+#           output-schema check, envelope) through the proxy
+# and then the same pair against an endpoint with 1 ms of service time (GET /slow?ms=1), which
+# is closer to a real service; and prints requests/s, p50 and p99 for both, their ratio, the proxy's CPU time per call
+# (from /proc) and its peak RSS. Load generator, upstream and proxy share this machine's cores.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+SECONDS_PER_RUN=${BENCH_SECONDS:-5}
+command -v wrk >/dev/null || { echo "wrk is needed (Debian: apt-get install wrk)" >&2; exit 1; }
+
+cargo build --release --locked -q -p toolgate-proxy -p toolgate-example-service
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+BIN="$target_dir/release"
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+UP=$(free_port); MCP=$(free_port); ADMIN=$(free_port)
+
+# example/proxy.yaml on free ports, plus generated tools up to 100 in all.
+python3 - "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN" <<'PY'
+import re, sys
+out, up, mcp, admin = sys.argv[1:]
+text = open("example/proxy.yaml").read()
+text = text.replace("baseUrl: http://127.0.0.1:8080", f"baseUrl: http://127.0.0.1:{up}")
+text = text.replace("listen: 127.0.0.1:8931", f"listen: 127.0.0.1:{mcp}")
+text = text.replace("adminListen: 127.0.0.1:9464", f"adminListen: 127.0.0.1:{admin}")
+text += """
+  - name: slow_lookup
+    description: The example service's endpoint with 1 ms of service time (an I/O-bound upstream).
+    inputSchema: {type: object, properties: {ms: {type: integer}}}
+    http: {method: GET, path: /slow, query: {ms: "{ms}"}}
+"""
+have = len(re.findall(r"^  - name: ", text, re.M))
+for i in range(100 - have):
+    text += f"""
+  - name: lookup_record_{i:03d}
+    title: Lookup record {i}
+    description: Returns record {i} of a generated catalogue, used to load 100 tools.
+    whenToUse: Benchmarks only.
+    inputSchema:
+      type: object
+      additionalProperties: false
+      required: [recordId]
+      properties:
+        recordId: {{type: string, pattern: "^[a-z0-9-]+$"}}
+        fields: {{type: array, items: {{type: string, enum: [id, name, plan, balance]}}}}
+        verbose: {{type: boolean}}
+    http: {{method: GET, path: "/customers/{{recordId}}", query: {{fields: "{{fields}}"}}}}
+    response: {{pick: [/id, /name], redact: [/internalNotes]}}
+"""
+open(out, "w").write(text)
+PY
+
+"$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
+"$BIN/toolgate-proxy" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+tools=$(curl -sf "http://127.0.0.1:$ADMIN/readyz" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tools"])')
+
+H=(-H 'content-type: application/json' -H 'accept: application/json, text/event-stream')
+SID=$(curl -si "${H[@]}" "http://127.0.0.1:$MCP/mcp" \
+  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
+  | awk 'tolower($1)=="mcp-session-id:" {print $2}' | tr -d '\r')
+curl -sf "${H[@]}" -H "mcp-session-id: $SID" "http://127.0.0.1:$MCP/mcp" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+CALL='{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_customer","arguments":{"customerId":"42"}}}'
+check=$(curl -sf "${H[@]}" -H "mcp-session-id: $SID" -H 'mcp-protocol-version: 2025-06-18' "http://127.0.0.1:$MCP/mcp" -d "$CALL")
+echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; assert r["structuredContent"]["status"]=="success", r' \
+  || { echo "the proxied call does not succeed: $check" >&2; exit 1; }
+
+SLOW='{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow_lookup","arguments":{"ms":1}}}'
+for body in CALL SLOW; do
+cat >"$work/$body.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '${!body}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["Mcp-Session-Id"] = "$SID"
+wrk.headers["MCP-Protocol-Version"] = "2025-06-18"
+LUA
+done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$PROXY/stat"; }
+CLK=$(getconf CLK_TCK)
+
+# run NAME CONCURRENCY URL [script] -> appends a JSON line to results
+run() {
+  local name=$1 c=$2 url=$3 script=${4:-}
+  local args=(-t1 "-c$c" "-d${SECONDS_PER_RUN}s" --latency)
+  [[ -n "$script" ]] && args+=(-s "$script")
+  wrk "${args[@]}" -d1s "$url" >/dev/null 2>&1 || true   # warm-up (connections, pool)
+  local before after
+  before=$(cpu_ticks)
+  wrk "${args[@]}" "$url" >"$work/$name-$c.txt" 2>&1
+  after=$(cpu_ticks)
+  python3 - "$work/$name-$c.txt" "$name" "$c" "$((after - before))" "$CLK" >>"$work/results.jsonl" <<'PY'
+import json, re, sys
+path, name, c, ticks, clk = sys.argv[1:]
+text = open(path).read()
+def us(v):
+    m = re.match(r"([\d.]+)(us|ms|s)", v)
+    n, u = float(m.group(1)), m.group(2)
+    return n * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+total = int(re.search(r"(\d+) requests in", text).group(1))
+bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+errs = re.search(r"Socket errors: (.*)", text)
+p50 = us(re.search(r"50%\s+(\S+)", text).group(1))
+p99 = us(re.search(r"99%\s+(\S+)", text).group(1))
+print(json.dumps({"name": name, "c": int(c), "rps": rps, "p50": p50, "p99": p99, "requests": total,
+                  "non2xx": int(bad.group(1)) if bad else 0, "socket_errors": errs.group(1) if errs else "",
+                  "cpu_us_per_call": int(ticks) / int(clk) * 1e6 / max(total, 1)}))
+PY
+}
+
+for c in 1 32; do
+  run direct "$c" "http://127.0.0.1:$UP/customers/42"
+  run proxy "$c" "http://127.0.0.1:$MCP/mcp" "$work/CALL.lua"
+done
+run direct-1ms 32 "http://127.0.0.1:$UP/slow?ms=1"
+run proxy-1ms 32 "http://127.0.0.1:$MCP/mcp" "$work/SLOW.lua"
+rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$PROXY/status")
+
+python3 - "$work/results.jsonl" "$rss_kib" "$tools" "$SECONDS_PER_RUN" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+rss_mib = int(sys.argv[2]) / 1024
+by = {(r["name"], r["c"]): r for r in rows}
+print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, same machine")
+print(f"{'conc':>4} {'path':<7} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
+for c in (1, 32):
+    for n in ("direct", "proxy"):
+        r = by[(n, c)]
+        cpu = f"{r['cpu_us_per_call']:.1f}" if n == "proxy" else "-"
+        err = r["non2xx"] + (1 if r["socket_errors"] else 0)
+        print(f"{c:>4} {n:<7} {r['rps']:>10.0f} {r['p50']:>9.0f} {r['p99']:>9.0f} {cpu:>18} {err:>7}")
+d1, p1, d32, p32 = by[("direct", 1)], by[("proxy", 1)], by[("direct", 32)], by[("proxy", 32)]
+print(f"\nadded p50 at concurrency 1:   {p1['p50'] - d1['p50']:.0f} µs   (target < 100 µs)")
+print(f"proxy CPU per call (c=32):    {p32['cpu_us_per_call']:.1f} µs   (target < 50 µs)")
+print(f"throughput ratio at c=32:     {p32['rps'] / d32['rps'] * 100:.0f}% of direct   (aim >= 50%)")
+print(f"throughput ratio at c=1:      {p1['rps'] / d1['rps'] * 100:.0f}% of direct")
+ds, ps = by[("direct-1ms", 32)], by[("proxy-1ms", 32)]
+print(f"with 1 ms of upstream service time, c=32: direct {ds['rps']:.0f} req/s p50 {ds['p50']:.0f} µs, "
+      f"proxy {ps['rps']:.0f} req/s p50 {ps['p50']:.0f} µs ({ps['rps'] / ds['rps'] * 100:.0f}% of direct)")
+print(f"proxy peak RSS:               {rss_mib:.1f} MiB with {sys.argv[3]} tools   (target < 30 MiB)")
+if any(r["non2xx"] or r["socket_errors"] for r in rows):
+    print("WARNING: some requests failed; see the numbers above", file=sys.stderr)
+    sys.exit(1)
+PY

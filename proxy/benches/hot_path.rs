@@ -1,0 +1,125 @@
+//! Micro-benchmarks of the per-call work that does not touch the network: argument
+//! validation of a typical 1 KiB argument object, request mapping, and response shaping.
+//! `cargo bench -p toolgate-proxy --bench hot_path` (a plain timing loop; no test harness).
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+use toolgate_proxy::upstream::{mapping, shape, UpstreamResponse};
+use toolgate_proxy::Runtime;
+
+const CONFIG: &str = r#"
+apiVersion: toolgate.dev/v1alpha1
+kind: ProxyConfig
+upstream: {baseUrl: "http://127.0.0.1:9"}
+tools:
+  - name: submit_payment_evidence
+    inputSchema:
+      type: object
+      additionalProperties: false
+      required: [customerId, amount, rawExtracted, trackingKeyCandidates]
+      properties:
+        customerId: {type: string, minLength: 1}
+        amount: {type: number, exclusiveMinimum: 0}
+        currency: {type: string, enum: [MXN, USD, EUR]}
+        identityConfirmed: {type: boolean}
+        customerNote: {type: string, maxLength: 2000}
+        rawExtracted:
+          type: object
+          properties:
+            monto: {type: string}
+            banco_destino: {type: string}
+            banco_origen: {type: string}
+            fecha: {type: string}
+            concepto: {type: string}
+        trackingKeyCandidates:
+          type: array
+          items:
+            type: object
+            required: [value]
+            properties:
+              value: {type: string}
+              source: {type: string}
+              confidence: {type: string, enum: [low, medium, high]}
+    http: {method: POST, path: "/customers/{customerId}/payments"}
+    response:
+      pick: [/paymentId, /matched, /receipt]
+      redact: [/receipt/internal]
+      evidence: [/paymentId]
+"#;
+
+fn args() -> Value {
+    json!({
+        "customerId": "cus_000000042",
+        "amount": 350.0,
+        "currency": "MXN",
+        "identityConfirmed": true,
+        "customerNote": "Cliente envía comprobante de transferencia SPEI desde la app de su banco; indica que pagó la mensualidad de noviembre y solicita que se reactive el servicio hoy mismo.",
+        "rawExtracted": {
+            "monto": "$350.00", "banco_destino": "BBVA", "banco_origen": "Banorte",
+            "fecha": "2026-11-30T10:15:00-06:00",
+            "concepto": "Pago de servicio de internet, mensualidad de noviembre, contrato 4482-AB"
+        },
+        "trackingKeyCandidates": [
+            {"value": "260604017724349474I", "source": "clave_rastreo", "confidence": "high"},
+            {"value": "MBAN01002611300042", "source": "referencia", "confidence": "medium"},
+            {"value": "0042-2026-11", "source": "folio", "confidence": "low"},
+            {"value": "BNET01002611300042", "source": "ocr", "confidence": "low"},
+            {"value": "7724349474", "source": "ocr", "confidence": "low"},
+            {"value": "4482AB", "source": "concepto", "confidence": "medium"}
+        ]
+    })
+}
+
+fn bench(name: &str, iters: u32, mut f: impl FnMut()) {
+    for _ in 0..iters / 10 {
+        f();
+    }
+    let start = Instant::now();
+    for _ in 0..iters {
+        f();
+    }
+    let ns = start.elapsed().as_nanos() as f64 / f64::from(iters);
+    println!("{name:<48} {:>10.0} ns/op  ({iters} iterations)", ns);
+}
+
+fn main() {
+    let rt = Runtime::compile(toolgate_config::parse_yaml(CONFIG).unwrap(), 1).unwrap();
+    let tool = rt.tool("submit_payment_evidence").unwrap();
+    let args = args();
+    let size = args.to_string().len();
+    println!("argument object: {size} bytes of JSON");
+    assert!((900..=1200).contains(&size), "keep the benchmark at about 1 KiB");
+    let map = args.as_object().unwrap().clone();
+    assert!(tool.input.is_valid(&args));
+
+    bench("validate 1 KiB arguments (valid)", 200_000, || {
+        black_box(toolgate_proxy::mcp::args::validate(&tool.input, black_box(&args)));
+    });
+    let mut bad = args.clone();
+    bad["trackingKeyCandidates"] = json!("[{\"value\": \"x\"}]");
+    bench("validate 1 KiB arguments (invalid, with errors)", 100_000, || {
+        black_box(toolgate_proxy::mcp::args::validate(&tool.input, black_box(&bad)));
+    });
+    let text = args.to_string();
+    bench("parse 1 KiB JSON-RPC arguments", 200_000, || {
+        black_box(serde_json::from_str::<Value>(black_box(&text)).unwrap());
+    });
+    bench("map arguments to the HTTP request", 200_000, || {
+        black_box(mapping::build(tool, black_box(&map), &rt.upstream).unwrap());
+    });
+    let resp = UpstreamResponse {
+        status: 201,
+        content_type: Some(http::HeaderValue::from_static("application/json")),
+        body: Bytes::from(
+            json!({"paymentId": "pay_123", "matched": true, "receipt": {"id": "r1", "internal": "x"}, "debug": {"trace": "..."}})
+                .to_string(),
+        ),
+    };
+    bench("shape the response into an envelope", 200_000, || {
+        let o = shape::response(tool, black_box(&resp));
+        black_box(toolgate_proxy::envelope::call_result(o.to_envelope("t", "mutation", 1), o.is_error()).to_string());
+    });
+}
