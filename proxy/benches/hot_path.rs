@@ -56,7 +56,7 @@ fn args() -> Value {
         "amount": 350.0,
         "currency": "MXN",
         "identityConfirmed": true,
-        "customerNote": "Cliente envía comprobante de transferencia SPEI desde la app de su banco; indica que pagó la mensualidad de noviembre y solicita que se reactive el servicio hoy mismo.",
+        "customerNote": "Cliente envía comprobante de transferencia SPEI desde la app de su banco; indica que pagó la mensualidad de noviembre y solicita que se reactive el servicio hoy mismo, antes de las seis de la tarde, sin cargo por reconexión.",
         "rawExtracted": {
             "monto": "$350.00", "banco_destino": "BBVA", "banco_origen": "Banorte",
             "fecha": "2026-11-30T10:15:00-06:00",
