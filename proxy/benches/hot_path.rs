@@ -108,7 +108,7 @@ fn main() {
         black_box(serde_json::from_str::<Value>(black_box(&text)).unwrap());
     });
     bench("map arguments to the HTTP request", 200_000, || {
-        black_box(mapping::build(tool, black_box(&map), &rt.upstream).unwrap());
+        black_box(mapping::build(tool, black_box(&map), &rt.upstream, &[]).unwrap());
     });
     let resp = UpstreamResponse {
         status: 201,

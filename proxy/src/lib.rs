@@ -8,11 +8,14 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod audit;
 pub mod envelope;
 pub mod mcp;
+pub mod policy;
 pub mod reload;
 pub mod runtime;
 pub mod server;
+pub mod trace;
 pub mod upstream;
 
 pub use runtime::{CompileError, Runtime};

@@ -32,14 +32,15 @@ pub enum Reloaded {
     Refused(String),
 }
 
-/// Applies `text` if it differs from `last`.
-pub fn apply(shared: &Shared, text: &str) -> Reloaded {
+/// Applies `text` if it differs from the served config, or if `force` (a file it references,
+/// such as the credentials, changed).
+pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
     let old = shared.runtime.load_full();
     let config = match toolgate_config::parse_yaml(text) {
         Ok(c) => c,
         Err(e) => return Reloaded::Refused(e.to_string()),
     };
-    if config == old.config {
+    if config == old.config && !force {
         return Reloaded::Unchanged;
     }
     for (key, a, b) in [
@@ -58,6 +59,7 @@ pub fn apply(shared: &Shared, text: &str) -> Reloaded {
         Ok(rt) => {
             let generation = rt.generation;
             let tools = rt.tools.len();
+            shared.adopt(&rt);
             shared.runtime.store(Arc::new(rt));
             tracing::info!(generation, tools, "config reloaded");
             Reloaded::Applied(generation)
@@ -71,6 +73,7 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
     // Start with no remembered content: the first tick parses the file and compares it with
     // the config being served, so a change made before this task first ran is not missed.
     let mut last: Option<Vec<u8>> = None;
+    let mut last_refs: Option<Vec<u8>> = None;
     let mut last_error: Option<String> = None;
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -102,12 +105,28 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
                 continue;
             }
         };
-        if last.as_deref() == Some(bytes.as_slice()) {
+        // Referenced files (credentials, JWKS, upstream credential) of the served config.
+        let refs: Vec<u8> = shared
+            .runtime
+            .load()
+            .files
+            .iter()
+            .flat_map(|f| {
+                let mut b = f.as_bytes().to_vec();
+                b.push(0);
+                b.extend(std::fs::read(f).unwrap_or_default());
+                b.push(0);
+                b
+            })
+            .collect();
+        let refs_changed = last_refs.as_ref().is_some_and(|r| *r != refs);
+        last_refs = Some(refs);
+        if last.as_deref() == Some(bytes.as_slice()) && !refs_changed {
             continue;
         }
         last = Some(bytes.clone());
         let text = String::from_utf8_lossy(&bytes);
-        match apply(&shared, &text) {
+        match apply(&shared, &text, refs_changed) {
             Reloaded::Refused(e) => {
                 tracing::error!(path = %path.display(), problems = %e, "config reload refused; the previous config keeps serving");
                 last_error = Some(e);

@@ -9,6 +9,8 @@ use toolgate_config::pointer::Pointer;
 use toolgate_config::{BodyMapping, BodyMode, ProxyConfig, Safety, StatusMapping, Template, Tier, ToolConfig};
 
 use crate::envelope;
+use crate::policy::auth::{read_ref, Authenticator};
+use crate::policy::ratelimit::Rate;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// A config that cannot be served.
@@ -84,6 +86,47 @@ pub struct Runtime {
     pub allowed_origins: Vec<String>,
     /// Lower-cased allowed `Host` names; `None` accepts any host.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Authentication of this generation.
+    pub auth: Authenticator,
+    /// Effective rate limits.
+    pub limits: Limits,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<toolgate_config::Cidr>,
+    /// Provenance header names.
+    pub provenance: ProvenanceHeaders,
+    /// The credential sent upstream (from its own file), marked sensitive.
+    pub upstream_credential: Option<(http::HeaderName, http::HeaderValue)>,
+    /// Files the config references (credentials, JWKS, upstream credential): a change to any of
+    /// them reloads the config.
+    pub files: Vec<String>,
+}
+
+/// Effective limits of one generation.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Per client IP, before authentication.
+    pub per_ip: Rate,
+    /// Per identity, `tools/call`.
+    pub per_identity: Rate,
+    /// Per identity and tool.
+    pub per_tool: HashMap<String, Rate>,
+    /// Keys per limiter.
+    pub max_keys: usize,
+}
+
+/// Provenance header names, parsed.
+#[derive(Debug, Clone)]
+pub struct ProvenanceHeaders {
+    /// Subject.
+    pub subject: http::HeaderName,
+    /// Agent.
+    pub agent: http::HeaderName,
+    /// Tool.
+    pub tool: http::HeaderName,
+    /// Session.
+    pub session: http::HeaderName,
+    /// Client header naming the agent, believed from trusted proxies only.
+    pub trusted_agent: Option<http::HeaderName>,
 }
 
 impl Runtime {
@@ -128,6 +171,69 @@ impl Runtime {
         } else {
             None
         };
+        let policy_error = |path: &str, msg: String| {
+            CompileError::Invalid(toolgate_config::LoadError::from(vec![
+                toolgate_config::ConfigError::new(path, msg),
+            ]))
+        };
+        let auth = Authenticator::new(&config.policy, &config.server.name).map_err(|es| {
+            CompileError::Invalid(
+                es.into_iter()
+                    .map(|e| toolgate_config::ConfigError::new("", e))
+                    .collect::<Vec<_>>()
+                    .into(),
+            )
+        })?;
+        let (resolved, warnings) = config.resolved_limits();
+        for w in warnings {
+            tracing::warn!(setting = %w, "rate limit setting unusable; default used");
+        }
+        let limits = Limits {
+            per_ip: resolved.per_ip.into(),
+            per_identity: resolved.per_identity.into(),
+            per_tool: resolved.per_tool.into_iter().map(|(k, v)| (k, v.into())).collect(),
+            max_keys: resolved.max_keys,
+        };
+        let trusted_proxies = config
+            .policy
+            .rate_limit
+            .trusted_proxies
+            .iter()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        let pv = &config.policy.provenance;
+        let name = |h: &str| {
+            http::HeaderName::from_bytes(h.as_bytes())
+                .map_err(|_| policy_error("policy.provenance", format!("`{h}` is not a header name")))
+        };
+        let provenance = ProvenanceHeaders {
+            subject: name(&pv.subject_header)?,
+            agent: name(&pv.agent_header)?,
+            tool: name(&pv.tool_header)?,
+            session: name(&pv.session_header)?,
+            trusted_agent: pv.trusted_agent_header.as_deref().map(name).transpose()?,
+        };
+        let mut files: Vec<String> = Vec::new();
+        let a = &config.policy.auth;
+        files.extend(a.credentials_file.clone());
+        files.extend(a.oauth.as_ref().and_then(|o| o.jwks_file.clone()));
+        let upstream_credential = match &config.upstream.credential {
+            None => None,
+            Some(c) => {
+                files.push(c.file.clone());
+                let secret = read_ref(&c.file, "upstream.credential.file")
+                    .map_err(|e| policy_error("upstream.credential.file", e))?;
+                let value = format!("{}{}", c.prefix.as_deref().unwrap_or(""), secret.trim());
+                let mut v = http::HeaderValue::from_str(&value).map_err(|_| {
+                    policy_error(
+                        "upstream.credential.file",
+                        "the credential contains characters not allowed in a header".into(),
+                    )
+                })?;
+                v.set_sensitive(true);
+                Some((name(&c.header)?, v))
+            }
+        };
         Ok(Self {
             config,
             tools,
@@ -136,6 +242,12 @@ impl Runtime {
             upstream,
             allowed_origins,
             allowed_hosts,
+            auth,
+            limits,
+            trusted_proxies,
+            provenance,
+            upstream_credential,
+            files,
         })
     }
 

@@ -108,14 +108,14 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         mcp_listener,
         stop_rx.clone(),
         grace,
-        move |req| mcp::handle(s.clone(), req),
+        move |req, peer| mcp::handle(s.clone(), req, peer),
     )));
     let s = shared.clone();
     tasks.push(tokio::spawn(accept_loop(
         admin_listener,
         stop_rx.clone(),
         grace,
-        move |req| admin::handle(s.clone(), req),
+        move |req, _peer| admin::handle(s.clone(), req),
     )));
     tasks.push(tokio::spawn(sweep_sessions(shared.clone(), stop_rx.clone())));
     if let Some(path) = opts.config_path {
@@ -156,7 +156,7 @@ async fn sweep_sessions(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 async fn accept_loop<F, Fut>(listener: TcpListener, mut stop: watch::Receiver<bool>, grace: Duration, handler: F)
 where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request<Incoming>, std::net::SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
     let graceful = GracefulShutdown::new();
@@ -167,7 +167,7 @@ where
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _peer) = match accepted {
+                let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -179,7 +179,7 @@ where
                 let h = handler.clone();
                 let svc = service_fn(move |req| {
                     let h = h.clone();
-                    async move { Ok::<_, std::convert::Infallible>(h(req).await) }
+                    async move { Ok::<_, std::convert::Infallible>(h(req, peer).await) }
                 });
                 let conn = http.serve_connection(TokioIo::new(stream), svc);
                 let conn = graceful.watch(conn);

@@ -7,8 +7,10 @@
 
 #![forbid(unsafe_code)]
 
+mod cidr;
 mod parse;
 pub mod pointer;
+mod policy;
 mod template;
 mod validate;
 
@@ -18,7 +20,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use cidr::Cidr;
 pub use parse::{from_value, parse_json, parse_yaml, parse_yaml_value, ConfigError, LoadError};
+pub use policy::*;
 pub use template::{Segment, Template};
 
 /// The only `apiVersion` this crate reads and writes.
@@ -46,6 +50,9 @@ pub struct ProxyConfig {
     pub server: ServerConfig,
     /// The HTTP service the tools call.
     pub upstream: UpstreamConfig,
+    /// Authentication, authorization, rate limits, audit and provenance.
+    #[serde(default)]
+    pub policy: PolicyConfig,
     /// The tools published over MCP, in `tools/list` order.
     #[serde(default)]
     pub tools: Vec<ToolConfig>,
@@ -136,6 +143,9 @@ pub struct UpstreamConfig {
     /// Largest upstream response body read; larger ones fail the call.
     #[serde(default = "defaults::max_response_bytes")]
     pub max_response_bytes: u64,
+    /// A credential sent to the upstream on every call, from its own file (never the client's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<UpstreamCredential>,
 }
 
 /// One MCP tool backed by one HTTP request.
@@ -515,6 +525,7 @@ impl UpstreamConfig {
             pool_max_idle: defaults::pool_max_idle(),
             pool_idle_timeout_ms: defaults::pool_idle_timeout_ms(),
             max_response_bytes: defaults::max_response_bytes(),
+            credential: None,
         }
     }
 }
@@ -527,14 +538,88 @@ impl ProxyConfig {
             kind: KIND.into(),
             server: ServerConfig::default(),
             upstream,
+            policy: PolicyConfig::default(),
             tools,
         }
+    }
+
+    /// Settings that were unusable and fell back to their defaults (rate limits), one line each.
+    pub fn warnings(&self) -> Vec<String> {
+        self.resolved_limits().1
+    }
+
+    /// The effective rate limits and any fallback warnings.
+    pub fn resolved_limits(&self) -> (ResolvedLimits, Vec<String>) {
+        let rl = &self.policy.rate_limit;
+        let mut warnings = Vec::new();
+        let mut resolve = |l: &LimitConfig, path: &str, requests: u64, window: u64| -> Limit {
+            let mut get = |v: Option<&Value>, key: &str, default: u64| match positive_setting(v) {
+                Ok(n) => n,
+                Err(why) => {
+                    if v.is_some() {
+                        warnings.push(format!("{path}.{key}: {why}; using the default {default}"));
+                    }
+                    default
+                }
+            };
+            Limit {
+                requests: get(l.requests.as_ref(), "requests", requests),
+                window_seconds: get(l.window_seconds.as_ref(), "windowSeconds", window),
+            }
+        };
+        let per_ip = resolve(&rl.per_ip, "policy.rateLimit.perIp", 120, 60);
+        let per_identity = resolve(&rl.per_identity, "policy.rateLimit.perIdentity", 60, 60);
+        let per_tool = rl
+            .per_tool
+            .iter()
+            .map(|(k, l)| (k.clone(), resolve(l, &format!("policy.rateLimit.perTool.{k}"), 60, 60)))
+            .collect();
+        let max_keys = match positive_setting(rl.max_keys.as_ref()) {
+            Ok(n) => n as usize,
+            Err(why) => {
+                if rl.max_keys.is_some() {
+                    warnings.push(format!("policy.rateLimit.maxKeys: {why}; using the default 50000"));
+                }
+                50_000
+            }
+        };
+        (
+            ResolvedLimits {
+                per_ip,
+                per_identity,
+                per_tool,
+                max_keys,
+            },
+            warnings,
+        )
     }
 
     /// The JSON Schema of this document (checked in as `proxy/config/proxy-config.schema.json`).
     pub fn json_schema() -> Value {
         serde_json::to_value(schemars::schema_for!(ProxyConfig)).unwrap_or(Value::Null)
     }
+}
+
+/// `requests` per `window_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// Requests per window.
+    pub requests: u64,
+    /// Window length in seconds.
+    pub window_seconds: u64,
+}
+
+/// Rate limits with defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedLimits {
+    /// Per client IP, before authentication.
+    pub per_ip: Limit,
+    /// Per identity, `tools/call` only.
+    pub per_identity: Limit,
+    /// Per identity and tool.
+    pub per_tool: BTreeMap<String, Limit>,
+    /// Keys tracked per limiter.
+    pub max_keys: usize,
 }
 
 fn any_object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -46,6 +46,7 @@ impl ProxyConfig {
         }
         self.validate_server(&mut errs);
         self.validate_upstream(&mut errs);
+        self.validate_policy(&mut errs);
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, tool) in self.tools.iter().enumerate() {
             let at = format!("tools[{i}] ({})", tool.name);
@@ -57,11 +58,206 @@ impl ProxyConfig {
                 ));
             }
             validate_tool(tool, &at, &mut errs);
+            if let Some(role) = &tool.required_role {
+                if !self.policy.roles.contains(role) {
+                    errs.push(ConfigError::new(
+                        format!("{at}.requiredRole"),
+                        format!("`{role}` is not one of policy.roles ({})", self.policy.roles.join(", ")),
+                    ));
+                }
+            }
+            let provenance = self.provenance_headers();
+            for name in tool.http.headers.keys() {
+                if provenance.contains(&name.to_ascii_lowercase()) {
+                    errs.push(ConfigError::new(
+                        format!("{at}.http.headers.{name}"),
+                        format!("`{name}` is a provenance header set by the proxy"),
+                    ));
+                }
+            }
         }
         if errs.is_empty() {
             Ok(())
         } else {
             Err(errs)
+        }
+    }
+
+    /// Lower-cased names of the provenance headers.
+    pub fn provenance_headers(&self) -> Vec<String> {
+        let p = &self.policy.provenance;
+        [&p.subject_header, &p.agent_header, &p.tool_header, &p.session_header]
+            .iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect()
+    }
+
+    fn validate_policy(&self, errs: &mut Vec<ConfigError>) {
+        let p = &self.policy;
+        if p.roles.is_empty() {
+            errs.push(ConfigError::new("policy.roles", "must list at least one role"));
+        }
+        let mut seen = BTreeSet::new();
+        for r in &p.roles {
+            if r.trim().is_empty() || !seen.insert(r.as_str()) {
+                errs.push(ConfigError::new(
+                    "policy.roles",
+                    format!("roles must be unique and non-empty (`{r}`)"),
+                ));
+            }
+        }
+        let a = &p.auth;
+        use crate::AuthMode;
+        if matches!(a.mode, AuthMode::Bearer | AuthMode::ApiKey | AuthMode::CustomHeaders)
+            && a.credentials_file.is_none()
+        {
+            errs.push(ConfigError::new(
+                "policy.auth.credentialsFile",
+                "is required for bearer, apiKey and customHeaders modes (a file from a mounted Secret)",
+            ));
+        }
+        if !a.api_key_header.bytes().all(is_token_byte) || a.api_key_header.is_empty() {
+            errs.push(ConfigError::new(
+                "policy.auth.apiKeyHeader",
+                "is not a valid HTTP header name",
+            ));
+        }
+        if a.mode == AuthMode::CustomHeaders && a.custom_headers.is_empty() {
+            errs.push(ConfigError::new(
+                "policy.auth.customHeaders",
+                "must name at least one header in customHeaders mode",
+            ));
+        }
+        for (i, h) in a.custom_headers.iter().enumerate() {
+            if h.is_empty() || !h.bytes().all(is_token_byte) {
+                errs.push(ConfigError::new(
+                    format!("policy.auth.customHeaders[{i}]"),
+                    "is not a valid HTTP header name",
+                ));
+            }
+        }
+        match (&a.oauth, a.mode) {
+            (None, AuthMode::Oauth) => errs.push(ConfigError::new("policy.auth.oauth", "is required in oauth mode")),
+            (Some(o), _) => {
+                if o.jwks_file.is_none() == o.jwks_url.is_none() {
+                    errs.push(ConfigError::new(
+                        "policy.auth.oauth",
+                        "set exactly one of jwksFile and jwksUrl",
+                    ));
+                }
+                if let Some(u) = &o.jwks_url {
+                    if !(u.starts_with("http://") || u.starts_with("https://")) {
+                        errs.push(ConfigError::new(
+                            "policy.auth.oauth.jwksUrl",
+                            "must be an http:// or https:// URL",
+                        ));
+                    }
+                }
+                if !(o.resource.starts_with("https://") || o.resource.starts_with("http://")) {
+                    errs.push(ConfigError::new(
+                        "policy.auth.oauth.resource",
+                        "must be this endpoint's absolute URL, e.g. https://mcp.example.com/mcp",
+                    ));
+                }
+                if o.issuer.trim().is_empty() {
+                    errs.push(ConfigError::new("policy.auth.oauth.issuer", "must not be empty"));
+                }
+                if o.algorithms.is_empty() {
+                    errs.push(ConfigError::new(
+                        "policy.auth.oauth.algorithms",
+                        "must list at least one algorithm",
+                    ));
+                }
+                for alg in &o.algorithms {
+                    if !crate::SUPPORTED_ALGORITHMS.contains(&alg.as_str()) {
+                        errs.push(ConfigError::new(
+                            "policy.auth.oauth.algorithms",
+                            format!(
+                                "`{alg}` is not supported (use {})",
+                                crate::SUPPORTED_ALGORITHMS.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                for (scope, role) in &o.scope_roles {
+                    if !p.roles.contains(role) {
+                        errs.push(ConfigError::new(
+                            format!("policy.auth.oauth.scopeRoles.{scope}"),
+                            format!("`{role}` is not one of policy.roles"),
+                        ));
+                    }
+                }
+                if let Some(role) = &o.default_role {
+                    if !p.roles.contains(role) {
+                        errs.push(ConfigError::new(
+                            "policy.auth.oauth.defaultRole",
+                            format!("`{role}` is not one of policy.roles"),
+                        ));
+                    }
+                }
+            }
+            (None, _) => {}
+        }
+        let rl = &p.rate_limit;
+        for (i, c) in rl.trusted_proxies.iter().enumerate() {
+            if let Err(e) = c.parse::<crate::Cidr>() {
+                errs.push(ConfigError::new(format!("policy.rateLimit.trustedProxies[{i}]"), e));
+            }
+        }
+        for name in rl.per_tool.keys() {
+            if !self.tools.iter().any(|t| &t.name == name) {
+                errs.push(ConfigError::new(
+                    format!("policy.rateLimit.perTool.{name}"),
+                    "names no tool in this config",
+                ));
+            }
+        }
+        let au = &p.audit;
+        if au.sink == crate::AuditSink::File && au.path.as_deref().is_none_or(str::is_empty) {
+            errs.push(ConfigError::new("policy.audit.path", "is required when sink is file"));
+        }
+        if au.buffer_size == 0 {
+            errs.push(ConfigError::new("policy.audit.bufferSize", "must be at least 1"));
+        }
+        for (i, ptr) in au.redact_arguments.iter().enumerate() {
+            if let Err(e) = Pointer::parse(ptr) {
+                errs.push(ConfigError::new(format!("policy.audit.redactArguments[{i}]"), e));
+            }
+        }
+        let pv = &p.provenance;
+        let mut names = BTreeSet::new();
+        for (key, h) in [
+            ("subjectHeader", &pv.subject_header),
+            ("agentHeader", &pv.agent_header),
+            ("toolHeader", &pv.tool_header),
+            ("sessionHeader", &pv.session_header),
+        ] {
+            let lower = h.to_ascii_lowercase();
+            if h.is_empty() || !h.bytes().all(is_token_byte) || RESERVED_HEADERS.contains(&lower.as_str()) {
+                errs.push(ConfigError::new(
+                    format!("policy.provenance.{key}"),
+                    format!("`{h}` cannot be used as a header name"),
+                ));
+            }
+            if !names.insert(lower) {
+                errs.push(ConfigError::new(
+                    format!("policy.provenance.{key}"),
+                    format!("`{h}` is used twice"),
+                ));
+            }
+        }
+        if let Some(c) = &self.upstream.credential {
+            let lower = c.header.to_ascii_lowercase();
+            if c.header.is_empty() || !c.header.bytes().all(is_token_byte) || RESERVED_HEADERS.contains(&lower.as_str())
+            {
+                errs.push(ConfigError::new(
+                    "upstream.credential.header",
+                    format!("`{}` cannot be used as a header name", c.header),
+                ));
+            }
+            if c.file.is_empty() {
+                errs.push(ConfigError::new("upstream.credential.file", "must name a file"));
+            }
         }
     }
 
@@ -491,6 +687,46 @@ mod tests {
     fn wrong_api_version_is_reported() {
         let e = parse_yaml("apiVersion: v1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://x:1'}\n").unwrap_err();
         assert!(e.errors[0].to_string().contains("toolgate.dev/v1alpha1"));
+    }
+
+    #[test]
+    fn policy_references_are_checked() {
+        let text = format!(
+            "{BASE}policy:\n  auth: {{mode: apiKey}}\n  rateLimit: {{perTool: {{nope: {{requests: 1}}}}, trustedProxies: [bad]}}\n  audit: {{sink: file}}\ntools:\n  - {{name: t, requiredRole: root, inputSchema: {{type: object}}, http: {{method: GET, path: /x, headers: {{X-Toolgate-Tool: x}}}}}}\n"
+        );
+        let e: Vec<String> = parse_yaml(&text)
+            .unwrap_err()
+            .errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        for needle in [
+            "policy.auth.credentialsFile",
+            "policy.rateLimit.perTool.nope",
+            "policy.rateLimit.trustedProxies[0]",
+            "policy.audit.path",
+            "tools[0] (t).requiredRole: `root` is not one of policy.roles",
+            "tools[0] (t).http.headers.X-Toolgate-Tool",
+        ] {
+            assert!(e.iter().any(|e| e.contains(needle)), "{needle} missing in {e:#?}");
+        }
+    }
+
+    #[test]
+    fn unusable_limits_fall_back_to_defaults_with_warnings() {
+        let text = format!(
+            "{BASE}policy:\n  rateLimit:\n    perIp: {{requests: 0, windowSeconds: abc}}\n    perIdentity: {{requests: '30'}}\n    maxKeys: -5\n"
+        );
+        let cfg = parse_yaml(&text).unwrap();
+        let (limits, warnings) = cfg.resolved_limits();
+        assert_eq!((limits.per_ip.requests, limits.per_ip.window_seconds), (120, 60));
+        assert_eq!(
+            (limits.per_identity.requests, limits.per_identity.window_seconds),
+            (30, 60)
+        );
+        assert_eq!(limits.max_keys, 50_000);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(warnings[0].contains("policy.rateLimit.perIp.requests"), "{warnings:?}");
     }
 
     #[test]

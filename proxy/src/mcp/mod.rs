@@ -2,8 +2,10 @@
 //! sessions, version negotiation, Origin checks and the `tools/*` methods.
 
 pub mod args;
+mod call;
 pub mod session;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,12 +15,16 @@ use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use toolgate_config::{BusinessStatus, SUPPORTED_PROTOCOL_VERSIONS};
 
+use crate::audit::Auditor;
 use crate::envelope::{self, ErrorEntry, Outcome};
+use crate::policy::ratelimit::Limiter;
+use crate::policy::{clientip, Identity};
 use crate::runtime::{CompiledTool, Runtime};
-use crate::upstream::{mapping, shape};
+use crate::trace::TraceContext;
+use call::CallAudit;
 use session::{Session, Sessions};
 
 /// Response body type of every endpoint.
@@ -47,6 +53,10 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// Unknown or expired session.
     pub const SESSION_NOT_FOUND: i64 = -32001;
+    /// Authentication required or refused (with HTTP 401/403).
+    pub const UNAUTHORIZED: i64 = -32002;
+    /// Over a rate limit (with HTTP 429 and `Retry-After`).
+    pub const RATE_LIMITED: i64 = -32029;
 }
 
 /// State shared by every connection.
@@ -57,15 +67,47 @@ pub struct Shared {
     pub sessions: Sessions,
     /// Set on SIGTERM: readiness fails while in-flight calls drain.
     pub draining: AtomicBool,
+    /// Rate limiters; their state survives reloads.
+    pub limiters: Limiters,
+    /// The audit pipeline (replaced when the audit settings change).
+    pub auditor: ArcSwap<Auditor>,
+}
+
+/// The three limiters.
+pub struct Limiters {
+    /// Per client IP, before authentication.
+    pub ip: Limiter,
+    /// Per identity (`tools/call`).
+    pub identity: Limiter,
+    /// Per identity and tool.
+    pub tool: Limiter,
 }
 
 impl Shared {
-    /// Shared state serving `runtime`.
+    /// Shared state serving `runtime` (starts the audit writer: call inside a Tokio runtime).
     pub fn new(runtime: Runtime) -> Self {
+        let max = runtime.limits.max_keys;
+        let auditor = Auditor::start(&runtime.config.policy.audit);
         Self {
             runtime: ArcSwap::from_pointee(runtime),
             sessions: Sessions::default(),
             draining: AtomicBool::new(false),
+            limiters: Limiters {
+                ip: Limiter::new(max),
+                identity: Limiter::new(max),
+                tool: Limiter::new(max),
+            },
+            auditor: ArcSwap::from_pointee(auditor),
+        }
+    }
+
+    /// Applies the settings of a new generation that live outside it (limiter caps, audit sink).
+    pub fn adopt(&self, rt: &Runtime) {
+        for l in [&self.limiters.ip, &self.limiters.identity, &self.limiters.tool] {
+            l.set_max_keys(rt.limits.max_keys);
+        }
+        if self.auditor.load().config != rt.config.policy.audit {
+            self.auditor.store(Arc::new(Auditor::start(&rt.config.policy.audit)));
         }
     }
 }
@@ -106,6 +148,8 @@ enum Reply {
     Result(Value),
     /// A result already serialized as JSON text.
     RawResult(String),
+    /// A complete HTTP response (rate limiting).
+    Http(Response<Body>),
     Error {
         code: i64,
         message: String,
@@ -141,13 +185,19 @@ impl Reply {
                 resp
             }
             Reply::Error { code, message, data } => rpc_error(StatusCode::OK, Some(id), code, message, data),
+            Reply::Http(resp) => resp,
         }
     }
 }
 
 /// Serves one HTTP request on the MCP listener.
-pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) -> Response<Body> {
+pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
     let rt = shared.runtime.load_full();
+    if let Some((doc, paths)) = rt.auth.resource_metadata() {
+        if req.method() == Method::GET && paths.contains(&req.uri().path()) {
+            return json_response(StatusCode::OK, &doc);
+        }
+    }
     if req.uri().path() != rt.config.server.path {
         return json_response(
             StatusCode::NOT_FOUND,
@@ -176,8 +226,8 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>) ->
         }
     }
     let mut resp = match *req.method() {
-        Method::POST => post(&shared, &rt, req).await,
-        Method::DELETE => delete(&shared, &rt, req.headers()),
+        Method::POST => post(&shared, &rt, req, peer).await,
+        Method::DELETE => delete(&shared, &rt, req, peer).await,
         Method::OPTIONS if origin.is_some() => preflight(),
         _ => {
             let mut r = rpc_error(
@@ -260,8 +310,136 @@ fn origin_allowed(rt: &Runtime, origin: &HeaderValue, _headers: &HeaderMap) -> b
     }
 }
 
-fn delete(shared: &Shared, _rt: &Runtime, headers: &HeaderMap) -> Response<Body> {
-    match headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A unique id for each HTTP request: a random process prefix and a counter.
+fn next_request_id() -> String {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| session::new_id()[..12].to_string());
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// An authenticated caller.
+pub(crate) struct Caller {
+    pub identity: Identity,
+    pub ip: std::net::IpAddr,
+    pub trace: TraceContext,
+    pub request_id: String,
+}
+
+/// A request refused before it reached a method.
+struct Refusal {
+    response: Response<Body>,
+    decision: &'static str,
+    reason: &'static str,
+}
+
+fn rate_limited(id: Option<&Value>, scope: &str, retry: Duration) -> Response<Body> {
+    let ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX).max(1);
+    let mut r = rpc_error(
+        StatusCode::TOO_MANY_REQUESTS,
+        id,
+        code::RATE_LIMITED,
+        format!("Rate limit exceeded ({scope}); retry in {:.1} s", ms as f64 / 1000.0),
+        Some(json!({"scope": scope, "retryAfterMs": ms})),
+    );
+    r.headers_mut()
+        .insert(http::header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
+    r
+}
+
+/// Client IP, pre-auth throttle, credentials in the query, authentication.
+async fn gate(
+    shared: &Shared,
+    rt: &Runtime,
+    parts: &http::request::Parts,
+    peer: SocketAddr,
+    id: Option<&Value>,
+) -> Result<Caller, Refusal> {
+    let forwarded = parts
+        .headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>();
+    let ip = clientip::client_ip(peer.ip(), forwarded.into_iter(), &rt.trusted_proxies);
+    if let Err(retry) = shared.limiters.ip.check(&ip.to_string(), rt.limits.per_ip) {
+        return Err(Refusal {
+            response: rate_limited(id, "ip", retry),
+            decision: "rate_limited",
+            reason: "ip",
+        });
+    }
+    if parts.uri.query().is_some_and(crate::policy::auth::credential_in_query) {
+        return Err(Refusal {
+            response: rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                code::INVALID_REQUEST,
+                "Bad Request: credentials in the query string are refused; send them in a header",
+                None,
+            ),
+            decision: "denied",
+            reason: "credentials_in_query",
+        });
+    }
+    let mut identity = match rt.auth.authenticate(&parts.headers).await {
+        Ok(i) => i,
+        Err(e) => {
+            let mut r = rpc_error(
+                e.status(),
+                id,
+                code::UNAUTHORIZED,
+                format!("Unauthorized: {e}"),
+                Some(json!({"reason": e.reason()})),
+            );
+            if let Some(c) = rt.auth.challenge(&e) {
+                r.headers_mut().insert(http::header::WWW_AUTHENTICATE, c);
+            }
+            tracing::debug!(reason = e.reason(), client_ip = %ip, "authentication refused");
+            return Err(Refusal {
+                response: r,
+                decision: "denied",
+                reason: e.reason(),
+            });
+        }
+    };
+    if identity.agent.is_none() {
+        if let Some(h) = &rt.provenance.trusted_agent {
+            if rt.trusted_proxies.iter().any(|c| c.contains(peer.ip())) {
+                identity.agent = parts
+                    .headers
+                    .get(h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|s| s.chars().take(200).collect());
+            }
+        }
+    }
+    let trace = TraceContext::from_header(header_str(&parts.headers, "traceparent"));
+    Ok(Caller {
+        identity,
+        ip,
+        trace,
+        request_id: next_request_id(),
+    })
+}
+
+async fn delete(
+    shared: &Shared,
+    rt: &Runtime,
+    req: Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
+    let (parts, _) = req.into_parts();
+    let caller = match gate(shared, rt, &parts, peer, None).await {
+        Ok(c) => c,
+        Err(r) => return r.response,
+    };
+    let ttl = Duration::from_secs(rt.config.server.session_ttl_seconds);
+    match header_str(&parts.headers, SESSION_HEADER) {
         None => rpc_error(
             StatusCode::BAD_REQUEST,
             None,
@@ -269,24 +447,25 @@ fn delete(shared: &Shared, _rt: &Runtime, headers: &HeaderMap) -> Response<Body>
             "Bad Request: Mcp-Session-Id header is required",
             None,
         ),
-        Some(id) if shared.sessions.remove(id) => empty(StatusCode::NO_CONTENT),
-        Some(_) => rpc_error(
-            StatusCode::NOT_FOUND,
-            None,
-            code::SESSION_NOT_FOUND,
-            "Session not found",
-            None,
-        ),
+        Some(id) => match shared.sessions.get(id, ttl) {
+            Some(s) if s.subject == caller.identity.subject && shared.sessions.remove(id) => {
+                empty(StatusCode::NO_CONTENT)
+            }
+            _ => rpc_error(
+                StatusCode::NOT_FOUND,
+                None,
+                code::SESSION_NOT_FOUND,
+                "Session not found",
+                None,
+            ),
+        },
     }
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>) -> Response<Body> {
+async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
     let server = &rt.config.server;
-    let headers = req.headers();
+    let (parts, body) = req.into_parts();
+    let headers = &parts.headers;
     let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
     if !ct.to_ascii_lowercase().starts_with("application/json") {
         return rpc_error(
@@ -323,24 +502,23 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
             );
         }
     }
+    let limit = server.max_body_bytes;
     let too_large = || {
         rpc_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             None,
             code::INVALID_REQUEST,
-            format!("Payload Too Large: the limit is {} bytes", server.max_body_bytes),
+            format!("Payload Too Large: the limit is {limit} bytes"),
             None,
         )
     };
-    let limit = server.max_body_bytes;
     if header_str(headers, CONTENT_LENGTH.as_str())
         .and_then(|v| v.parse::<u64>().ok())
         .is_some_and(|n| n > limit)
     {
         return too_large();
     }
-    let session_id = header_str(headers, SESSION_HEADER).map(str::to_string);
-    let body = match Limited::new(req.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
+    let body = match Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
         .collect()
         .await
     {
@@ -377,12 +555,7 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
         return rpc_error(StatusCode::BAD_REQUEST, None, code::INVALID_REQUEST, message, None);
     };
     let id = msg.get("id");
-    let valid_id = match id {
-        None => true,
-        Some(Value::String(_)) => true,
-        Some(Value::Number(_)) => true,
-        Some(_) => false,
-    };
+    let valid_id = matches!(id, None | Some(Value::String(_)) | Some(Value::Number(_)));
     let reply_id = id.filter(|_| valid_id);
     if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return rpc_error(
@@ -425,7 +598,39 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
         }
     };
     let params = msg.get("params");
+
+    // From here on a tools/call leaves exactly one audit record, whatever happens.
+    let mut audit = match (method, id) {
+        ("tools/call", Some(id)) => Some(CallAudit::new(shared.auditor.load_full(), id, params)),
+        _ => None,
+    };
+    let caller = match gate(shared, rt, &parts, peer, reply_id).await {
+        Ok(c) => c,
+        Err(r) => {
+            if let Some(mut a) = audit {
+                let forwarded = parts
+                    .headers
+                    .get_all("x-forwarded-for")
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .collect::<Vec<_>>();
+                a.set_ip(clientip::client_ip(
+                    peer.ip(),
+                    forwarded.into_iter(),
+                    &rt.trusted_proxies,
+                ));
+                a.finish(r.decision, r.reason, None);
+            }
+            return r.response;
+        }
+    };
+    if let Some(a) = audit.as_mut() {
+        a.set_caller(&caller);
+    }
     if params.is_some_and(|p| !p.is_object() && !p.is_null()) {
+        if let Some(a) = audit {
+            a.finish("invalid", "invalid_params", None);
+        }
         return match id {
             Some(id) => {
                 Reply::error(code::INVALID_PARAMS, "Invalid params: `params` must be an object").into_response(id)
@@ -438,27 +643,37 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
         let Some(id) = id else {
             return empty(StatusCode::ACCEPTED);
         };
-        return initialize(shared, rt, id, params);
+        return initialize(shared, rt, &caller, id, params);
     }
 
     let ttl = Duration::from_secs(server.session_ttl_seconds);
-    let Some(session_id) = session_id else {
-        return rpc_error(
+    let session = match header_str(headers, SESSION_HEADER) {
+        None => Err((
             StatusCode::BAD_REQUEST,
-            reply_id,
             code::INVALID_REQUEST,
             "Bad Request: Mcp-Session-Id header is required (send initialize first)",
-            None,
-        );
+            "missing_session",
+        )),
+        // A session belongs to the subject that opened it; to anyone else it does not exist.
+        Some(sid) => shared
+            .sessions
+            .get(sid, ttl)
+            .filter(|s| s.subject == caller.identity.subject)
+            .ok_or((
+                StatusCode::NOT_FOUND,
+                code::SESSION_NOT_FOUND,
+                "Session not found or expired: send initialize again",
+                "unknown_session",
+            )),
     };
-    let Some(session) = shared.sessions.get(&session_id, ttl) else {
-        return rpc_error(
-            StatusCode::NOT_FOUND,
-            reply_id,
-            code::SESSION_NOT_FOUND,
-            "Session not found or expired: send initialize again",
-            None,
-        );
+    let session = match session {
+        Ok(s) => s,
+        Err((status, code, message, reason)) => {
+            if let Some(a) = audit {
+                a.finish("invalid", reason, None);
+            }
+            return rpc_error(status, reply_id, code, message, None);
+        }
     };
 
     let Some(id) = id else {
@@ -469,14 +684,20 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
     };
     let reply = match method {
         "ping" => Reply::Result(json!({})),
-        "tools/list" => tools_list(rt, params),
-        "tools/call" => tools_call(rt, &session, id, params).await,
+        "tools/list" => tools_list(rt, &caller.identity, params),
+        "tools/call" => match audit {
+            Some(mut a) => {
+                a.set_session(&session);
+                call::tools_call(shared, rt, &session, &caller, id, params, a).await
+            }
+            None => Reply::error(code::INTERNAL_ERROR, "Internal error"),
+        },
         _ => Reply::error(code::METHOD_NOT_FOUND, format!("Method not found: `{method}`")),
     };
     reply.into_response(id)
 }
 
-fn initialize(shared: &Shared, rt: &Runtime, id: &Value, params: Option<&Value>) -> Response<Body> {
+fn initialize(shared: &Shared, rt: &Runtime, caller: &Caller, id: &Value, params: Option<&Value>) -> Response<Body> {
     let server = &rt.config.server;
     let Some(requested) = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str) else {
         return Reply::error(code::INVALID_PARAMS, "Invalid params: `protocolVersion` is required").into_response(id);
@@ -496,6 +717,7 @@ fn initialize(shared: &Shared, rt: &Runtime, id: &Value, params: Option<&Value>)
         version,
         field("name"),
         field("version"),
+        caller.identity.subject.clone(),
         Duration::from_secs(server.session_ttl_seconds),
         server.max_sessions,
     );
@@ -507,7 +729,7 @@ fn initialize(shared: &Shared, rt: &Runtime, id: &Value, params: Option<&Value>)
     if let Some(i) = &server.instructions {
         result["instructions"] = json!(i);
     }
-    tracing::debug!(session = %session.id, version, client = ?session.client_name, "session started");
+    tracing::debug!(version, client = ?session.client_name, subject = %caller.identity.subject, "session started");
     let mut resp = Reply::Result(result).into_response(id);
     if let Ok(v) = HeaderValue::from_str(&session.id) {
         resp.headers_mut().insert(SESSION_HEADER, v);
@@ -515,12 +737,21 @@ fn initialize(shared: &Shared, rt: &Runtime, id: &Value, params: Option<&Value>)
     resp
 }
 
-fn tools_list(rt: &Runtime, params: Option<&Value>) -> Reply {
+/// The tools `who` may call, in config order.
+fn visible<'a>(rt: &'a Runtime, who: &'a Identity) -> impl Iterator<Item = &'a CompiledTool> {
+    let p = &rt.config.policy;
+    rt.tools
+        .iter()
+        .filter(move |t| crate::policy::authorize(p.read_only, &p.roles, who, &t.config, t.tier).is_ok())
+}
+
+fn tools_list(rt: &Runtime, who: &Identity, params: Option<&Value>) -> Reply {
     let page = rt.config.server.page_size;
+    let tools: Vec<&CompiledTool> = visible(rt, who).collect();
     let start = match params.and_then(|p| p.get("cursor")) {
         None | Some(Value::Null) => 0,
         Some(Value::String(c)) => match c.strip_prefix("tg:").and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) if n > 0 && n < rt.tools.len() => n,
+            Some(n) if n > 0 && n < tools.len() => n,
             _ => {
                 return Reply::error(
                     code::INVALID_PARAMS,
@@ -530,62 +761,13 @@ fn tools_list(rt: &Runtime, params: Option<&Value>) -> Reply {
         },
         Some(_) => return Reply::error(code::INVALID_PARAMS, "Invalid params: `cursor` must be a string"),
     };
-    let end = (start + page).min(rt.tools.len());
-    let tools: Vec<&Value> = rt.tools[start..end].iter().map(|t| &t.listing).collect();
-    let mut result = json!({"tools": tools});
-    if end < rt.tools.len() {
+    let end = (start + page).min(tools.len());
+    let listing: Vec<&Value> = tools[start..end].iter().map(|t| &t.listing).collect();
+    let mut result = json!({"tools": listing});
+    if end < tools.len() {
         result["nextCursor"] = json!(format!("tg:{end}"));
     }
     Reply::Result(result)
-}
-
-async fn tools_call(rt: &Runtime, session: &Session, id: &Value, params: Option<&Value>) -> Reply {
-    let started = Instant::now();
-    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
-        return Reply::error(
-            code::INVALID_PARAMS,
-            "Invalid params: `name` (the tool to call) is required",
-        );
-    };
-    let Some(tool) = rt.tool(name) else {
-        return Reply::Error {
-            code: code::INVALID_PARAMS,
-            message: format!("Unknown tool: `{name}`"),
-            data: Some(json!({"tool": name})),
-        };
-    };
-    let empty_args = Value::Object(Map::new());
-    let args = match params.and_then(|p| p.get("arguments")) {
-        None | Some(Value::Null) => &empty_args,
-        Some(v @ Value::Object(_)) => v,
-        Some(_) => return Reply::error(code::INVALID_PARAMS, "Invalid params: `arguments` must be an object"),
-    };
-    let problems = args::validate(&tool.input, args);
-    if !problems.is_empty() {
-        return invalid_arguments(tool, session, problems, started);
-    }
-    let Value::Object(arg_map) = args else {
-        unreachable!("checked above")
-    };
-    let request = match mapping::build(tool, arg_map, &rt.upstream) {
-        Ok(r) => r,
-        Err(problem) => return invalid_arguments(tool, session, vec![problem], started),
-    };
-    let outcome = match rt.upstream.send(request, tool.timeout).await {
-        Ok(resp) => shape::response(tool, &resp),
-        Err(e) => {
-            tracing::warn!(tool = %tool.config.name, rpc_id = %id, error = e.kind(), "upstream call failed");
-            shape::call_error(&e)
-        }
-    };
-    tracing::debug!(
-        tool = %tool.config.name,
-        status = outcome.status.as_str(),
-        upstream_status = outcome.upstream_status,
-        duration_ms = started.elapsed().as_millis() as u64,
-        "tools/call"
-    );
-    finish(tool, &outcome, started)
 }
 
 fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {

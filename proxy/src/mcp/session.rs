@@ -17,6 +17,8 @@ pub struct Session {
     pub client_name: Option<String>,
     /// `clientInfo.version` from initialize.
     pub client_version: Option<String>,
+    /// The authenticated subject that opened the session; only it may use the session.
+    pub subject: String,
     /// `notifications/initialized` arrived.
     pub initialized: AtomicBool,
     last_seen_ms: AtomicU64,
@@ -60,6 +62,7 @@ impl Sessions {
         version: &'static str,
         client_name: Option<String>,
         client_version: Option<String>,
+        subject: String,
         ttl: Duration,
         max: usize,
     ) -> Arc<Session> {
@@ -70,6 +73,7 @@ impl Sessions {
             version,
             client_name,
             client_version,
+            subject,
             initialized: AtomicBool::new(false),
             last_seen_ms: AtomicU64::new(now),
         });
@@ -147,11 +151,11 @@ mod tests {
     #[test]
     fn removed_and_expired_sessions_are_gone() {
         let s = Sessions::default();
-        let a = s.create("2025-06-18", None, None, TTL, 10);
+        let a = s.create("2025-06-18", None, None, "s".into(), TTL, 10);
         assert!(s.get(&a.id, TTL).is_some());
         assert!(s.remove(&a.id));
         assert!(s.get(&a.id, TTL).is_none());
-        let b = s.create("2025-06-18", None, None, TTL, 10);
+        let b = s.create("2025-06-18", None, None, "s".into(), TTL, 10);
         std::thread::sleep(Duration::from_millis(5));
         assert!(s.get(&b.id, Duration::from_millis(1)).is_none());
     }
@@ -159,13 +163,13 @@ mod tests {
     #[test]
     fn the_table_is_bounded_and_evicts_the_longest_idle() {
         let s = Sessions::default();
-        let first = s.create("2025-06-18", None, None, TTL, 3);
+        let first = s.create("2025-06-18", None, None, "s".into(), TTL, 3);
         std::thread::sleep(Duration::from_millis(2));
-        let second = s.create("2025-06-18", None, None, TTL, 3);
+        let second = s.create("2025-06-18", None, None, "s".into(), TTL, 3);
         std::thread::sleep(Duration::from_millis(2));
         s.get(&first.id, TTL);
-        s.create("2025-06-18", None, None, TTL, 3);
-        s.create("2025-06-18", None, None, TTL, 3);
+        s.create("2025-06-18", None, None, "s".into(), TTL, 3);
+        s.create("2025-06-18", None, None, "s".into(), TTL, 3);
         assert_eq!(s.len(), 3);
         assert!(s.get(&second.id, TTL).is_none(), "the longest-idle session is evicted");
         assert!(s.get(&first.id, TTL).is_some());

@@ -107,11 +107,13 @@ pub fn path_and_query(tool: &CompiledTool, args: &Map<String, Value>) -> Result<
     Ok(pq)
 }
 
-/// Builds the upstream request for a validated argument object.
+/// Builds the upstream request for a validated argument object. `extra` headers (provenance,
+/// `traceparent`, the upstream credential) are set last and win over tool headers.
 pub fn build(
     tool: &CompiledTool,
     args: &Map<String, Value>,
     upstream: &Upstream,
+    extra: &[(http::HeaderName, HeaderValue)],
 ) -> Result<Request<Full<Bytes>>, ErrorEntry> {
     let pq = path_and_query(tool, args)?;
     let uri = upstream.uri(&pq).map_err(|_| {
@@ -138,6 +140,9 @@ pub fn build(
             )
         })?;
         headers.insert(name.clone(), value);
+    }
+    for (name, value) in extra {
+        headers.insert(name.clone(), value.clone());
     }
     let body = match &tool.body {
         BodyPlan::None => None,
@@ -212,7 +217,7 @@ mod tests {
             let e = path_and_query(t, &args(json!({"id": bad}))).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("id"), "{bad}");
         }
-        let req = build(t, &args(json!({"id": "42"})), &rt.upstream).unwrap();
+        let req = build(t, &args(json!({"id": "42"})), &rt.upstream, &[]).unwrap();
         assert_eq!(req.uri().to_string(), "http://127.0.0.1:9/api/c/42/x");
     }
 
@@ -238,6 +243,7 @@ mod tests {
             t,
             &args(json!({"id": "1", "trace": "abc", "note": {"a": 1}})),
             &rt.upstream,
+            &[],
         )
         .unwrap();
         assert_eq!(req.headers()["x-trace"], "abc");
@@ -256,6 +262,7 @@ mod tests {
             rt.tool("t").unwrap(),
             &args(json!({"id": "1", "trace": "a\r\nX-Evil: 1"})),
             &rt.upstream,
+            &[],
         )
         .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("trace"));
@@ -272,6 +279,7 @@ mod tests {
             rt.tool("t").unwrap(),
             &args(json!({"id": "1", "a": "x", "b": "y"})),
             &rt.upstream,
+            &[],
         )
         .unwrap();
         assert_eq!(futures_body(req), json!({"a": "x"}));

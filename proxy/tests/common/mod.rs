@@ -72,10 +72,20 @@ tools:
     http: {method: GET, path: /big, query: {bytes: "{bytes}"}}
 "#;
 
-/// A config document for `upstream` with `extra_server` YAML lines under `server:`.
+/// A config document for `upstream` with `extra_server` YAML lines under `server:`; write tools
+/// are served and audit is off unless `policy` says otherwise.
 pub fn config_text(upstream: SocketAddr, extra_server: &str) -> String {
+    config_with_policy(
+        upstream,
+        extra_server,
+        "policy:\n  readOnly: false\n  audit: {enabled: false}\n  rateLimit: {perIp: {requests: 1000000}, perIdentity: {requests: 1000000}}\n",
+    )
+}
+
+/// A config document with an explicit `policy:` block (YAML, including the `policy:` line).
+pub fn config_with_policy(upstream: SocketAddr, extra_server: &str, policy: &str) -> String {
     format!(
-        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver:\n  listen: 127.0.0.1:0\n  adminListen: 127.0.0.1:0\n  shutdownGraceSeconds: 5\n{extra_server}upstream:\n  baseUrl: http://{upstream}\n  timeoutMs: 5000\n{TOOLS}"
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver:\n  listen: 127.0.0.1:0\n  adminListen: 127.0.0.1:0\n  shutdownGraceSeconds: 5\n{extra_server}upstream:\n  baseUrl: http://{upstream}\n  timeoutMs: 5000\n{policy}{TOOLS}"
     )
 }
 

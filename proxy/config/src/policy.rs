@@ -1,0 +1,341 @@
+//! Policy settings: authentication, authorization, rate limits, audit and provenance.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who may call what, how often, and what is recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Only `tier: read` tools are listed or callable while true.
+    #[serde(default = "default_true")]
+    pub read_only: bool,
+    /// Roles from lowest to highest; a caller with a role may call tools requiring it or any
+    /// role below it.
+    #[serde(default = "default_roles")]
+    pub roles: Vec<String>,
+    /// How callers authenticate.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// Request and call limits.
+    #[serde(default)]
+    pub rate_limit: RateLimitConfig,
+    /// Agent provenance audit.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// Headers that carry provenance to the upstream.
+    #[serde(default)]
+    pub provenance: ProvenanceConfig,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        Self {
+            read_only: true,
+            roles: default_roles(),
+            auth: AuthConfig::default(),
+            rate_limit: RateLimitConfig::default(),
+            audit: AuditConfig::default(),
+            provenance: ProvenanceConfig::default(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// `viewer < operator < admin`.
+pub fn default_roles() -> Vec<String> {
+    vec!["viewer".into(), "operator".into(), "admin".into()]
+}
+
+/// Authentication mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AuthMode {
+    /// No credentials; every caller is `anonymous` with the highest role.
+    #[default]
+    None,
+    /// `Authorization: Bearer <token>`, tokens from `credentialsFile`.
+    Bearer,
+    /// An API key in `apiKeyHeader`, keys from `credentialsFile`.
+    ApiKey,
+    /// Every header in `customHeaders` must match one credential's values.
+    CustomHeaders,
+    /// OAuth 2.1 resource server: JWT access tokens checked against an issuer's keys.
+    Oauth,
+}
+
+/// How callers authenticate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `none`, `bearer`, `apiKey`, `customHeaders` or `oauth`.
+    #[serde(default)]
+    pub mode: AuthMode,
+    /// Header carrying the API key in `apiKey` mode.
+    #[serde(default = "default_api_key_header")]
+    pub api_key_header: String,
+    /// Header names that must all match in `customHeaders` mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub custom_headers: Vec<String>,
+    /// Credentials file (a mounted Secret): keys or tokens with id, role, tool allowlist and
+    /// expiry. Re-read with the config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<String>,
+    /// OAuth 2.1 resource-server settings (`oauth` mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthConfig>,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::None,
+            api_key_header: default_api_key_header(),
+            custom_headers: Vec::new(),
+            credentials_file: None,
+            oauth: None,
+        }
+    }
+}
+
+fn default_api_key_header() -> String {
+    "X-API-Key".into()
+}
+
+/// OAuth 2.1 resource server settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// Expected `iss`, and the authorization server advertised in the resource metadata.
+    pub issuer: String,
+    /// This resource's canonical URI (for example `https://mcp.example.com/mcp`): the required
+    /// `aud`, and the `resource` of the RFC 9728 metadata.
+    pub resource: String,
+    /// JWKS file (a mounted Secret or ConfigMap).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_file: Option<String>,
+    /// JWKS URL (`http://` or `https://`), cached and refreshed; an unknown `kid` triggers a
+    /// refresh (at most once per 30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_url: Option<String>,
+    /// Accepted signature algorithms (`none` is never accepted).
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<String>,
+    /// Clock skew tolerated on `exp` and `nbf`.
+    #[serde(default = "default_leeway")]
+    pub leeway_seconds: u64,
+    /// Scope → role; a token gets the highest role among its scopes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub scope_roles: BTreeMap<String, String>,
+    /// Role for a valid token none of whose scopes is mapped; none: such tokens are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_role: Option<String>,
+    /// How long fetched keys are used before they are fetched again.
+    #[serde(default = "default_jwks_refresh")]
+    pub jwks_refresh_seconds: u64,
+}
+
+fn default_algorithms() -> Vec<String> {
+    vec!["RS256".into(), "ES256".into()]
+}
+
+fn default_leeway() -> u64 {
+    60
+}
+
+fn default_jwks_refresh() -> u64 {
+    300
+}
+
+/// Algorithms the proxy can verify.
+pub const SUPPORTED_ALGORITHMS: [&str; 9] = [
+    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
+];
+
+/// Request and call limits.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Pre-authentication limit per client IP (every request). Default 120 per 60 s.
+    #[serde(default)]
+    pub per_ip: LimitConfig,
+    /// Limit of `tools/call` per authenticated identity. Default 60 per 60 s.
+    #[serde(default)]
+    pub per_identity: LimitConfig,
+    /// Optional limits of one tool's calls per identity, by tool name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_tool: BTreeMap<String, LimitConfig>,
+    /// CIDRs of proxies whose `X-Forwarded-For` is believed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_proxies: Vec<String>,
+    /// Most keys each limiter tracks (default 50000); the least recently used go first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "loose_number")]
+    pub max_keys: Option<Value>,
+}
+
+/// `requests` per `windowSeconds`. Missing, zero, negative or non-numeric values fall back to
+/// the default with a warning.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LimitConfig {
+    /// Requests allowed per window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "loose_number")]
+    pub requests: Option<Value>,
+    /// Window length in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "loose_number")]
+    pub window_seconds: Option<Value>,
+}
+
+fn loose_number(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "A positive number; anything else falls back to the default with a warning.",
+        "type": ["integer", "number", "string", "null"]
+    })
+}
+
+/// A positive whole number read leniently, or why not.
+pub fn positive_setting(v: Option<&Value>) -> Result<u64, String> {
+    let Some(v) = v else { return Err("missing".into()) };
+    let n = match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if n.is_finite() && n >= 1.0 => Ok(n as u64),
+        Some(n) => Err(format!("{n} is not positive")),
+        None => Err(format!("{v} is not a number")),
+    }
+}
+
+/// Where audit records go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AuditSink {
+    /// JSON lines on stdout (diagnostic logs go to stderr).
+    #[default]
+    Stdout,
+    /// JSON lines appended to `path`.
+    File,
+}
+
+/// What happens to write-tier calls while audit records cannot be written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FailurePolicy {
+    /// Calls go on; lost records are counted.
+    #[default]
+    FailOpen,
+    /// Write-tier calls are refused until records can be written again; reads go on.
+    FailClosed,
+}
+
+/// Agent provenance audit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Off: no records are written.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// `stdout` or `file`.
+    #[serde(default)]
+    pub sink: AuditSink,
+    /// File for the `file` sink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Records buffered before new ones are dropped (and counted).
+    #[serde(default = "default_audit_buffer")]
+    pub buffer_size: usize,
+    /// `failOpen` or `failClosed`.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+    /// JSON pointers into the arguments replaced by `"[REDACTED]"` in records (the digest is
+    /// computed before redaction).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redact_arguments: Vec<String>,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sink: AuditSink::Stdout,
+            path: None,
+            buffer_size: default_audit_buffer(),
+            failure_policy: FailurePolicy::FailOpen,
+            redact_arguments: Vec::new(),
+        }
+    }
+}
+
+fn default_audit_buffer() -> usize {
+    10_000
+}
+
+/// Provenance headers sent upstream (and stripped from what clients send).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProvenanceConfig {
+    /// Authenticated subject (key id or JWT `sub`).
+    #[serde(default = "h_subject")]
+    pub subject_header: String,
+    /// Acting agent (JWT `act`/`azp`/`client_id`, or the trusted agent header).
+    #[serde(default = "h_agent")]
+    pub agent_header: String,
+    /// Tool name.
+    #[serde(default = "h_tool")]
+    pub tool_header: String,
+    /// MCP session id.
+    #[serde(default = "h_session")]
+    pub session_header: String,
+    /// A client header naming the agent, believed only from a trusted proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_agent_header: Option<String>,
+}
+
+impl Default for ProvenanceConfig {
+    fn default() -> Self {
+        Self {
+            subject_header: h_subject(),
+            agent_header: h_agent(),
+            tool_header: h_tool(),
+            session_header: h_session(),
+            trusted_agent_header: None,
+        }
+    }
+}
+
+fn h_subject() -> String {
+    "X-Toolgate-Subject".into()
+}
+fn h_agent() -> String {
+    "X-Toolgate-Agent".into()
+}
+fn h_tool() -> String {
+    "X-Toolgate-Tool".into()
+}
+fn h_session() -> String {
+    "X-Toolgate-Session".into()
+}
+
+/// A credential the proxy sends upstream, read from its own file (a mounted Secret).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpstreamCredential {
+    /// Header to set, e.g. `Authorization`.
+    pub header: String,
+    /// File holding the value (surrounding whitespace trimmed).
+    pub file: String,
+    /// Text put before the value, e.g. `"Bearer "`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}

@@ -1,0 +1,313 @@
+//! Agent provenance audit: exactly one JSON line per `tools/call`, whatever its outcome, written
+//! by a background task from a bounded buffer. A full buffer or a failed write is counted and,
+//! under `failurePolicy: failClosed`, stops write-tier calls until records can be written again.
+
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use toolgate_config::pointer::Pointer;
+use toolgate_config::{AuditConfig, AuditSink, FailurePolicy};
+
+use crate::policy::time::format_rfc3339;
+
+/// The MCP client named at initialize.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ClientInfo {
+    /// `clientInfo.name`.
+    pub name: Option<String>,
+    /// `clientInfo.version`.
+    pub version: Option<String>,
+}
+
+/// One audit record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    /// When the call arrived (RFC 3339 UTC).
+    pub time: String,
+    /// The proxy's id for the HTTP request.
+    pub request_id: String,
+    /// The JSON-RPC id.
+    pub jsonrpc_id: Value,
+    /// The MCP session.
+    pub session_id: Option<String>,
+    /// The MCP client.
+    pub client: ClientInfo,
+    /// Authenticated subject (key id, JWT `sub`, `anonymous`), if authentication got that far.
+    pub subject: Option<String>,
+    /// Role of the subject.
+    pub role: Option<String>,
+    /// Acting agent, when known.
+    pub agent: Option<String>,
+    /// Client IP (after trusted-proxy resolution).
+    pub client_ip: String,
+    /// Tool name as requested.
+    pub tool: Option<String>,
+    /// Tool tier, when the tool exists.
+    pub tier: Option<&'static str>,
+    /// Tool safety class, when the tool exists.
+    pub safety: Option<&'static str>,
+    /// `sha256:<hex>` of the canonical arguments (sorted keys, no whitespace), before redaction.
+    pub arguments_digest: Option<String>,
+    /// The arguments with `policy.audit.redactArguments` replaced by `"[REDACTED]"`.
+    pub arguments: Option<Value>,
+    /// `allowed`, `denied`, `invalid`, `rate_limited` or `cancelled`.
+    pub decision: &'static str,
+    /// Why (a stable label).
+    pub reason: &'static str,
+    /// Business status of the result, when there is one.
+    pub status: Option<&'static str>,
+    /// Upstream HTTP status, when the upstream answered.
+    pub upstream_status: Option<u16>,
+    /// Time spent in the proxy for this call.
+    pub duration_ms: u64,
+    /// W3C trace id.
+    pub trace_id: String,
+}
+
+/// SHA-256 of the canonical form of `v` (object keys sorted, no insignificant whitespace).
+pub fn canonical_digest(v: &Value) -> String {
+    fn write(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    let _ = serde_json::to_writer(&mut *out, k);
+                    out.push(b':');
+                    write(&m[k], out);
+                }
+                out.push(b'}');
+            }
+            Value::Array(a) => {
+                out.push(b'[');
+                for (i, item) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write(item, out);
+                }
+                out.push(b']');
+            }
+            scalar => {
+                let _ = serde_json::to_writer(&mut *out, scalar);
+            }
+        }
+    }
+    let mut buf = Vec::with_capacity(256);
+    write(v, &mut buf);
+    let d = Sha256::digest(&buf);
+    let mut s = String::with_capacity(71);
+    s.push_str("sha256:");
+    for b in d {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// `v` with every value at `pointers` replaced by `"[REDACTED]"`.
+pub fn redacted(v: &Value, pointers: &[Pointer]) -> Value {
+    fn mark(v: &mut Value, tokens: &[Option<String>]) {
+        let Some((first, rest)) = tokens.split_first() else {
+            *v = Value::String("[REDACTED]".into());
+            return;
+        };
+        match (first, v) {
+            (Some(k), Value::Object(m)) => {
+                if let Some(c) = m.get_mut(k) {
+                    mark(c, rest);
+                }
+            }
+            (Some(k), Value::Array(a)) => {
+                if let Some(c) = k.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                    mark(c, rest);
+                }
+            }
+            (None, Value::Object(m)) => m.values_mut().for_each(|c| mark(c, rest)),
+            (None, Value::Array(a)) => a.iter_mut().for_each(|c| mark(c, rest)),
+            _ => {}
+        }
+    }
+    let mut out = v.clone();
+    for p in pointers {
+        mark(&mut out, &p.tokens);
+    }
+    out
+}
+
+/// Counters of the audit pipeline.
+#[derive(Debug, Default)]
+pub struct AuditStats {
+    /// Records handed to the sink.
+    pub written: AtomicU64,
+    /// Records dropped because the buffer was full.
+    pub dropped: AtomicU64,
+    /// Records lost to failed writes.
+    pub write_failures: AtomicU64,
+}
+
+/// The audit pipeline of one audit configuration.
+pub struct Auditor {
+    tx: Option<mpsc::Sender<Vec<u8>>>,
+    /// Counters.
+    pub stats: Arc<AuditStats>,
+    healthy: Arc<AtomicBool>,
+    fail_closed: bool,
+    /// Argument pointers redacted in records.
+    pub redact: Vec<Pointer>,
+    /// The configuration this auditor was built from.
+    pub config: AuditConfig,
+}
+
+impl Auditor {
+    /// Starts the writer task (must be called inside a Tokio runtime).
+    pub fn start(cfg: &AuditConfig) -> Self {
+        let stats = Arc::new(AuditStats::default());
+        let healthy = Arc::new(AtomicBool::new(true));
+        let redact = cfg
+            .redact_arguments
+            .iter()
+            .filter_map(|p| Pointer::parse(p).ok())
+            .collect();
+        let tx = if cfg.enabled {
+            let (tx, rx) = mpsc::channel(cfg.buffer_size.max(1));
+            tokio::spawn(writer(rx, cfg.sink, cfg.path.clone(), stats.clone(), healthy.clone()));
+            Some(tx)
+        } else {
+            None
+        };
+        Self {
+            tx,
+            stats,
+            healthy,
+            fail_closed: cfg.failure_policy == FailurePolicy::FailClosed,
+            redact,
+            config: cfg.clone(),
+        }
+    }
+
+    /// Queues a record; a full buffer drops it (counted) and marks the pipeline unhealthy.
+    pub fn record(&self, rec: &AuditRecord) {
+        let Some(tx) = &self.tx else { return };
+        let mut line = serde_json::to_vec(rec).unwrap_or_default();
+        line.push(b'\n');
+        if tx.try_send(line).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.healthy.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether write-tier calls must be refused now (failClosed and records are being lost).
+    pub fn refuses_writes(&self) -> bool {
+        self.fail_closed && !self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last attempt to write a record succeeded.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+}
+
+async fn writer(
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    sink: AuditSink,
+    path: Option<String>,
+    stats: Arc<AuditStats>,
+    healthy: Arc<AtomicBool>,
+) {
+    let mut file: Option<tokio::fs::File> = None;
+    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(256);
+    while rx.recv_many(&mut batch, 256).await > 0 {
+        let n = batch.len() as u64;
+        let bytes: Vec<u8> = batch.drain(..).flatten().collect();
+        let result = match sink {
+            AuditSink::Stdout => tokio::task::spawn_blocking(move || {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&bytes).and_then(|()| out.flush())
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            AuditSink::File => {
+                let path = path.as_deref().unwrap_or("");
+                if file.is_none() {
+                    file = tokio::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .await
+                        .ok();
+                }
+                match file.as_mut() {
+                    Some(f) => {
+                        let r = async {
+                            f.write_all(&bytes).await?;
+                            f.flush().await
+                        }
+                        .await;
+                        if r.is_err() {
+                            file = None;
+                        }
+                        r
+                    }
+                    None => Err(std::io::Error::other(format!("cannot open {path}"))),
+                }
+            }
+        };
+        match result {
+            Ok(()) => {
+                stats.written.fetch_add(n, Ordering::Relaxed);
+                healthy.store(true, Ordering::Relaxed);
+            }
+            Err(e) => {
+                stats.write_failures.fetch_add(n, Ordering::Relaxed);
+                if healthy.swap(false, Ordering::Relaxed) {
+                    tracing::error!(error = %e, "audit records cannot be written");
+                }
+            }
+        }
+    }
+}
+
+/// Now, for records.
+pub fn now() -> String {
+    format_rfc3339(SystemTime::now())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_digest_ignores_key_order_and_whitespace() {
+        let a: Value = serde_json::from_str(r#"{"b": [1, {"y": 2, "x": "é"}], "a": null}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":null,"b":[1,{"x":"é","y":2}]}"#).unwrap();
+        assert_eq!(canonical_digest(&a), canonical_digest(&b));
+        assert_ne!(canonical_digest(&a), canonical_digest(&json!({"a": 1})));
+        assert!(canonical_digest(&a).starts_with("sha256:"));
+    }
+
+    #[test]
+    fn redaction_replaces_values_at_pointers() {
+        let v = json!({"card": {"number": "4111", "exp": "12/30"}, "items": [{"ssn": 1}, {"ssn": 2}]});
+        let p: Vec<Pointer> = ["/card/number", "/items/*/ssn"]
+            .iter()
+            .map(|p| Pointer::parse(p).unwrap())
+            .collect();
+        assert_eq!(
+            redacted(&v, &p),
+            json!({"card": {"number": "[REDACTED]", "exp": "12/30"}, "items": [{"ssn": "[REDACTED]"}, {"ssn": "[REDACTED]"}]})
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! `tools/call`: authorization, per-identity and per-tool limits, the audit fail-closed check,
+//! validation, mapping with provenance, the upstream call and shaping, with exactly one audit
+//! record per call.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{HeaderName, HeaderValue};
+use serde_json::{json, Map, Value};
+use toolgate_config::Tier;
+
+use super::{code, finish, invalid_arguments, rate_limited, Caller, Reply, Shared};
+use crate::audit::{self, AuditRecord, Auditor, ClientInfo};
+use crate::envelope::{ErrorEntry, Outcome};
+use crate::mcp::session::Session;
+use crate::policy::{authorize, Denied};
+use crate::runtime::Runtime;
+use crate::upstream::{mapping, shape};
+
+/// The audit record of one `tools/call`, sent exactly once: by `finish`, or on drop (a call
+/// cancelled because the client went away) with decision `cancelled`.
+pub(crate) struct CallAudit {
+    rec: Option<AuditRecord>,
+    auditor: Arc<Auditor>,
+    started: Instant,
+}
+
+impl CallAudit {
+    pub(crate) fn new(auditor: Arc<Auditor>, id: &Value, params: Option<&Value>) -> Self {
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .map(|s| s.chars().take(128).collect());
+        let args = params.and_then(|p| p.get("arguments"));
+        let rec = AuditRecord {
+            time: audit::now(),
+            request_id: String::new(),
+            jsonrpc_id: id.clone(),
+            session_id: None,
+            client: ClientInfo::default(),
+            subject: None,
+            role: None,
+            agent: None,
+            client_ip: String::new(),
+            tool,
+            tier: None,
+            safety: None,
+            arguments_digest: args.map(audit::canonical_digest),
+            arguments: args.map(|a| audit::redacted(a, &auditor.redact)),
+            decision: "cancelled",
+            reason: "client_gone",
+            status: None,
+            upstream_status: None,
+            duration_ms: 0,
+            trace_id: String::new(),
+        };
+        Self {
+            rec: Some(rec),
+            auditor,
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn set_ip(&mut self, ip: std::net::IpAddr) {
+        if let Some(r) = self.rec.as_mut() {
+            r.client_ip = ip.to_string();
+        }
+    }
+
+    pub(crate) fn set_caller(&mut self, c: &Caller) {
+        if let Some(r) = self.rec.as_mut() {
+            r.client_ip = c.ip.to_string();
+            r.subject = Some(c.identity.subject.clone());
+            r.role = Some(c.identity.role.clone());
+            r.agent = c.identity.agent.clone();
+            r.request_id = c.request_id.clone();
+            r.trace_id = c.trace.trace_id_hex();
+        }
+    }
+
+    pub(crate) fn set_session(&mut self, s: &Session) {
+        if let Some(r) = self.rec.as_mut() {
+            r.session_id = Some(s.id.to_string());
+            r.client = ClientInfo {
+                name: s.client_name.clone(),
+                version: s.client_version.clone(),
+            };
+        }
+    }
+
+    fn set_tool(&mut self, tier: Tier, safety: &'static str) {
+        if let Some(r) = self.rec.as_mut() {
+            r.tier = Some(tier.as_str());
+            r.safety = Some(safety);
+        }
+    }
+
+    /// Sends the record.
+    pub(crate) fn finish(mut self, decision: &'static str, reason: &'static str, outcome: Option<&Outcome>) {
+        if let Some(mut r) = self.rec.take() {
+            r.decision = decision;
+            r.reason = reason;
+            r.status = outcome.map(|o| o.status.as_str());
+            r.upstream_status = outcome.and_then(|o| o.upstream_status);
+            r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.auditor.record(&r);
+        }
+    }
+}
+
+impl Drop for CallAudit {
+    fn drop(&mut self) {
+        if let Some(mut r) = self.rec.take() {
+            r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.auditor.record(&r);
+        }
+    }
+}
+
+fn unknown_tool(name: &str) -> Reply {
+    Reply::Error {
+        code: code::INVALID_PARAMS,
+        message: format!("Unknown tool: `{name}`"),
+        data: Some(json!({"tool": name})),
+    }
+}
+
+/// The reason label of an outcome, for the audit record.
+fn outcome_reason(o: &Outcome) -> &'static str {
+    match o.errors.first().map(|e| e.code.as_str()) {
+        None => "ok",
+        Some("upstream_timeout") => "upstream_timeout",
+        Some("upstream_unavailable") => "upstream_unavailable",
+        Some("missing_evidence") => "missing_evidence",
+        Some("upstream_contract_violation") => "upstream_contract_violation",
+        Some("upstream_invalid_response") => "upstream_invalid_response",
+        Some("upstream_response_too_large") => "upstream_response_too_large",
+        Some(_) => "upstream_status",
+    }
+}
+
+fn header_value(s: &str) -> Option<HeaderValue> {
+    HeaderValue::from_str(s).ok()
+}
+
+pub(crate) async fn tools_call(
+    shared: &Shared,
+    rt: &Runtime,
+    session: &Session,
+    caller: &Caller,
+    id: &Value,
+    params: Option<&Value>,
+    mut audit: CallAudit,
+) -> Reply {
+    let started = Instant::now();
+    let policy = &rt.config.policy;
+    let who = &caller.identity;
+    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+        audit.finish("invalid", "missing_tool_name", None);
+        return Reply::error(
+            code::INVALID_PARAMS,
+            "Invalid params: `name` (the tool to call) is required",
+        );
+    };
+    let Some(tool) = rt.tool(name) else {
+        audit.finish("invalid", "unknown_tool", None);
+        return unknown_tool(name);
+    };
+    match authorize(policy.read_only, &policy.roles, who, &tool.config, tool.tier) {
+        Ok(()) => {}
+        // Hidden tools answer exactly like unknown ones: no existence leak.
+        Err(d) if d.hides() => {
+            audit.finish("denied", d.reason(), None);
+            return unknown_tool(name);
+        }
+        Err(_) => {
+            audit.set_tool(tool.tier, tool.safety.as_str());
+            let need = tool.config.required_role.as_deref().unwrap_or("");
+            let outcome = Outcome::failed(ErrorEntry::new(
+                "forbidden",
+                format!(
+                    "Your role `{}` cannot call `{name}`: it needs `{need}` or higher",
+                    who.role
+                ),
+                format!(
+                    "Tu rol `{}` no puede usar `{name}`: requiere `{need}` o superior",
+                    who.role
+                ),
+                false,
+            ));
+            audit.finish("denied", Denied::Role.reason(), Some(&outcome));
+            return finish(tool, &outcome, started);
+        }
+    }
+    audit.set_tool(tool.tier, tool.safety.as_str());
+    if let Err(retry) = shared.limiters.identity.check(&who.subject, rt.limits.per_identity) {
+        audit.finish("rate_limited", "identity", None);
+        return Reply::Http(rate_limited(Some(id), "identity", retry));
+    }
+    if let Some(rate) = rt.limits.per_tool.get(name) {
+        let key = format!("{}\u{0}{name}", who.subject);
+        if let Err(retry) = shared.limiters.tool.check(&key, *rate) {
+            audit.finish("rate_limited", "tool", None);
+            return Reply::Http(rate_limited(Some(id), "tool", retry));
+        }
+    }
+    let auditor = shared.auditor.load();
+    if tool.tier == Tier::Write && auditor.refuses_writes() {
+        let outcome = Outcome::failed(ErrorEntry::new(
+            "audit_unavailable",
+            "Write actions are paused because audit records cannot be written; try again shortly",
+            "Las acciones de escritura están pausadas porque no se puede registrar la auditoría; intenta en un momento",
+            true,
+        ));
+        audit.finish("denied", "audit_unavailable", Some(&outcome));
+        return finish(tool, &outcome, started);
+    }
+
+    let empty_args = Value::Object(Map::new());
+    let args = match params.and_then(|p| p.get("arguments")) {
+        None | Some(Value::Null) => &empty_args,
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => {
+            audit.finish("invalid", "arguments_not_object", None);
+            return Reply::error(code::INVALID_PARAMS, "Invalid params: `arguments` must be an object");
+        }
+    };
+    let problems = super::args::validate(&tool.input, args);
+    if !problems.is_empty() {
+        audit.finish("invalid", "invalid_arguments", None);
+        return invalid_arguments(tool, session, problems, started);
+    }
+    let Value::Object(arg_map) = args else {
+        unreachable!("checked above")
+    };
+
+    let pv = &rt.provenance;
+    let mut extra: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(6);
+    extra.extend(header_value(&caller.trace.traceparent()).map(|v| (HeaderName::from_static("traceparent"), v)));
+    extra.extend(header_value(&who.subject).map(|v| (pv.subject.clone(), v)));
+    extra.extend(
+        who.agent
+            .as_deref()
+            .and_then(header_value)
+            .map(|v| (pv.agent.clone(), v)),
+    );
+    extra.extend(header_value(name).map(|v| (pv.tool.clone(), v)));
+    extra.extend(header_value(&session.id).map(|v| (pv.session.clone(), v)));
+    extra.extend(header_value(&caller.request_id).map(|v| (HeaderName::from_static("x-request-id"), v)));
+    if let Some((h, v)) = &rt.upstream_credential {
+        extra.push((h.clone(), v.clone()));
+    }
+    let request = match mapping::build(tool, arg_map, &rt.upstream, &extra) {
+        Ok(r) => r,
+        Err(problem) => {
+            audit.finish("invalid", "invalid_arguments", None);
+            return invalid_arguments(tool, session, vec![problem], started);
+        }
+    };
+    let outcome = match rt.upstream.send(request, tool.timeout).await {
+        Ok(resp) => shape::response(tool, &resp),
+        Err(e) => {
+            tracing::warn!(tool = %name, rpc_id = %id, error = e.kind(), trace_id = %caller.trace.trace_id_hex(), "upstream call failed");
+            shape::call_error(&e)
+        }
+    };
+    tracing::debug!(
+        tool = %name,
+        status = outcome.status.as_str(),
+        upstream_status = outcome.upstream_status,
+        duration_ms = started.elapsed().as_millis() as u64,
+        "tools/call"
+    );
+    audit.finish("allowed", outcome_reason(&outcome), Some(&outcome));
+    finish(tool, &outcome, started)
+}

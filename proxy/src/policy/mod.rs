@@ -1,0 +1,166 @@
+//! The policy layers in front of every call: client IP, pre-auth throttle, authentication,
+//! per-identity and per-tool limits, and authorization (read-only mode, roles, per-identity
+//! tool allowlists).
+
+pub mod auth;
+pub mod clientip;
+pub mod credentials;
+pub mod jwt;
+pub mod ratelimit;
+pub mod time;
+
+use std::sync::Arc;
+
+use toolgate_config::{Tier, ToolConfig};
+
+/// Who is calling, once authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Key id, JWT `sub`, or `anonymous`.
+    pub subject: String,
+    /// The role's name.
+    pub role: String,
+    /// Index of the role in `policy.roles` (higher is more privileged).
+    pub rank: usize,
+    /// Tools this identity may see and call (globs); `None` is every tool.
+    pub tools: Option<Arc<Vec<String>>>,
+    /// The acting agent, when known (JWT `act`/`azp`/`client_id`, or a trusted header).
+    pub agent: Option<String>,
+}
+
+impl Identity {
+    /// The caller when authentication is off: anonymous, with the highest role.
+    pub fn anonymous(roles: &[String]) -> Self {
+        let rank = roles.len().saturating_sub(1);
+        Self {
+            subject: "anonymous".into(),
+            role: roles.get(rank).cloned().unwrap_or_default(),
+            rank,
+            tools: None,
+            agent: None,
+        }
+    }
+}
+
+/// Whether `name` matches `pattern` (`*` any run, `?` one character).
+pub fn glob(pattern: &str, name: &str) -> bool {
+    fn rec(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => rec(&p[1..], n) || (!n.is_empty() && rec(p, &n[1..])),
+            (Some(b'?'), Some(_)) => rec(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => rec(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    rec(pattern.as_bytes(), name.as_bytes())
+}
+
+/// Why a tool is not available to a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// Hidden: read-only mode and a write tool. Answered like an unknown tool.
+    ReadOnly,
+    /// Hidden: not in the identity's tool allowlist. Answered like an unknown tool.
+    NotAllowed,
+    /// In scope, but the role is too low. Answered with a clear forbidden error.
+    Role,
+}
+
+impl Denied {
+    /// Stable reason for audit records and metrics.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Denied::ReadOnly => "read_only",
+            Denied::NotAllowed => "not_in_allowlist",
+            Denied::Role => "role_too_low",
+        }
+    }
+
+    /// Whether the tool's existence is hidden from the caller.
+    pub fn hides(self) -> bool {
+        !matches!(self, Denied::Role)
+    }
+}
+
+/// Decides whether `who` may call `tool`.
+pub fn authorize(
+    read_only: bool,
+    roles: &[String],
+    who: &Identity,
+    tool: &ToolConfig,
+    tier: Tier,
+) -> Result<(), Denied> {
+    if read_only && tier == Tier::Write {
+        return Err(Denied::ReadOnly);
+    }
+    if let Some(allowed) = &who.tools {
+        if !allowed.iter().any(|p| glob(p, &tool.name)) {
+            return Err(Denied::NotAllowed);
+        }
+    }
+    if let Some(required) = &tool.required_role {
+        let need = roles.iter().position(|r| r == required).unwrap_or(usize::MAX);
+        if who.rank < need {
+            return Err(Denied::Role);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolgate_config::parse_yaml;
+
+    #[test]
+    fn globs_match_names() {
+        assert!(glob("get_*", "get_customer"));
+        assert!(glob("*", "x"));
+        assert!(glob("a?c", "abc"));
+        assert!(!glob("get_*", "create_ticket"));
+        assert!(!glob("a?c", "ac"));
+    }
+
+    fn tools() -> Vec<ToolConfig> {
+        parse_yaml(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://x:1'}\ntools:\n  - {name: a, inputSchema: {type: object}, http: {method: GET, path: /a}}\n  - {name: b, requiredRole: operator, inputSchema: {type: object}, http: {method: POST, path: /b}}\n",
+        )
+        .unwrap()
+        .tools
+    }
+
+    #[test]
+    fn read_only_hides_write_tools_and_roles_are_ordered() {
+        let roles = toolgate_config::default_roles();
+        let t = tools();
+        let viewer = Identity {
+            subject: "k".into(),
+            role: "viewer".into(),
+            rank: 0,
+            tools: None,
+            agent: None,
+        };
+        let admin = Identity {
+            rank: 2,
+            role: "admin".into(),
+            ..viewer.clone()
+        };
+        assert_eq!(
+            authorize(true, &roles, &admin, &t[1], Tier::Write),
+            Err(Denied::ReadOnly)
+        );
+        assert_eq!(authorize(false, &roles, &viewer, &t[1], Tier::Write), Err(Denied::Role));
+        assert_eq!(authorize(false, &roles, &admin, &t[1], Tier::Write), Ok(()));
+        assert_eq!(authorize(true, &roles, &viewer, &t[0], Tier::Read), Ok(()));
+        let scoped = Identity {
+            tools: Some(Arc::new(vec!["b".into()])),
+            ..admin
+        };
+        assert_eq!(
+            authorize(false, &roles, &scoped, &t[0], Tier::Read),
+            Err(Denied::NotAllowed)
+        );
+        assert_eq!(authorize(false, &roles, &scoped, &t[1], Tier::Write), Ok(()));
+    }
+}

@@ -1,0 +1,87 @@
+//! W3C trace context: the client's `traceparent` is continued (same trace id, a new span id for
+//! the upstream call); without one a new trace starts.
+
+/// A trace id and the span id the proxy uses for its upstream call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    /// 16-byte trace id.
+    pub trace_id: [u8; 16],
+    /// 8-byte span id of the proxy's span.
+    pub span_id: [u8; 8],
+    /// Trace flags (sampled = 1).
+    pub flags: u8,
+}
+
+fn hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != N * 2 {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, c) in s.as_bytes().chunks(2).enumerate() {
+        out[i] = u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok()?;
+    }
+    Some(out)
+}
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    let _ = getrandom::fill(&mut b);
+    b
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl TraceContext {
+    /// Continues `traceparent` when it is valid, else starts a new sampled trace.
+    pub fn from_header(traceparent: Option<&str>) -> Self {
+        let parsed = traceparent.and_then(|t| {
+            let mut parts = t.trim().split('-');
+            let (v, tid, _parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            if v != "00" || parts.next().is_some() {
+                return None;
+            }
+            let trace_id = hex::<16>(tid)?;
+            let flags = hex::<1>(flags)?[0];
+            (trace_id != [0; 16]).then_some((trace_id, flags))
+        });
+        let (trace_id, flags) = parsed.unwrap_or_else(|| (random(), 1));
+        Self {
+            trace_id,
+            span_id: random(),
+            flags,
+        }
+    }
+
+    /// The trace id as 32 hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        to_hex(&self.trace_id)
+    }
+
+    /// The `traceparent` for the upstream request (the proxy's span as parent).
+    pub fn traceparent(&self) -> String {
+        format!(
+            "00-{}-{}-{:02x}",
+            to_hex(&self.trace_id),
+            to_hex(&self.span_id),
+            self.flags
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continues_a_valid_parent_and_replaces_an_invalid_one() {
+        let t = TraceContext::from_header(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+        assert_eq!(t.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(t.traceparent().starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+        assert!(!t.traceparent().contains("00f067aa0ba902b7"));
+        let n = TraceContext::from_header(Some("garbage"));
+        assert_ne!(n.trace_id, [0; 16]);
+        assert_eq!(n.traceparent().len(), 55);
+    }
+}
