@@ -31,9 +31,19 @@ pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body> {
                     json!({"ready": false, "reason": "draining"}),
                 )
             } else {
+                let audit = shared.auditor.load();
+                let stats = &audit.stats;
+                let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
                 reply(
                     StatusCode::OK,
-                    json!({"ready": true, "generation": rt.generation, "tools": rt.tools.len()}),
+                    json!({
+                        "ready": true,
+                        "generation": rt.generation,
+                        "tools": rt.tools.len(),
+                        "sessions": shared.sessions.len(),
+                        "audit": {"healthy": audit.healthy(), "written": load(&stats.written),
+                                  "dropped": load(&stats.dropped), "writeFailures": load(&stats.write_failures)},
+                    }),
                 )
             }
         }

@@ -72,8 +72,7 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
 pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut stop: watch::Receiver<bool>) {
     // Start with no remembered content: the first tick parses the file and compares it with
     // the config being served, so a change made before this task first ran is not missed.
-    let mut last: Option<Vec<u8>> = None;
-    let mut last_refs: Option<Vec<u8>> = None;
+    let mut last: Option<(Vec<u8>, [u8; 32])> = None;
     let mut last_error: Option<String> = None;
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -105,26 +104,17 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
                 continue;
             }
         };
-        // Referenced files (credentials, JWKS, upstream credential) of the served config.
-        let refs: Vec<u8> = shared
-            .runtime
-            .load()
-            .files
-            .iter()
-            .flat_map(|f| {
-                let mut b = f.as_bytes().to_vec();
-                b.push(0);
-                b.extend(std::fs::read(f).unwrap_or_default());
-                b.push(0);
-                b
-            })
-            .collect();
-        let refs_changed = last_refs.as_ref().is_some_and(|r| *r != refs);
-        last_refs = Some(refs);
-        if last.as_deref() == Some(bytes.as_slice()) && !refs_changed {
+        // Files the served config references (credentials, JWKS, upstream credential), compared
+        // with what the served generation was compiled from.
+        let served = shared.runtime.load_full();
+        let refs = crate::runtime::fingerprint(&served.files);
+        let refs_changed = refs != served.files_fingerprint;
+        // Do not retry a refused attempt until something changes again.
+        let attempt = (bytes.clone(), refs);
+        if last.as_ref() == Some(&attempt) {
             continue;
         }
-        last = Some(bytes.clone());
+        last = Some(attempt);
         let text = String::from_utf8_lossy(&bytes);
         match apply(&shared, &text, refs_changed) {
             Reloaded::Refused(e) => {

@@ -99,6 +99,21 @@ pub struct Runtime {
     /// Files the config references (credentials, JWKS, upstream credential): a change to any of
     /// them reloads the config.
     pub files: Vec<String>,
+    /// Fingerprint of those files' contents when this generation was compiled.
+    pub files_fingerprint: [u8; 32],
+}
+
+/// SHA-256 over the paths and contents of `files` (a missing file counts as empty).
+pub fn fingerprint(files: &[String]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for f in files {
+        h.update(f.as_bytes());
+        h.update([0]);
+        h.update(std::fs::read(f).unwrap_or_default());
+        h.update([0]);
+    }
+    h.finalize().into()
 }
 
 /// Effective limits of one generation.
@@ -176,6 +191,13 @@ impl Runtime {
                 toolgate_config::ConfigError::new(path, msg),
             ]))
         };
+        let mut files: Vec<String> = Vec::new();
+        let a = &config.policy.auth;
+        files.extend(a.credentials_file.clone());
+        files.extend(a.oauth.as_ref().and_then(|o| o.jwks_file.clone()));
+        files.extend(config.upstream.credential.as_ref().map(|c| c.file.clone()));
+        // Taken before the files are read: a change racing with this compile reloads once more.
+        let files_fingerprint = fingerprint(&files);
         let auth = Authenticator::new(&config.policy, &config.server.name).map_err(|es| {
             CompileError::Invalid(
                 es.into_iter()
@@ -213,14 +235,9 @@ impl Runtime {
             session: name(&pv.session_header)?,
             trusted_agent: pv.trusted_agent_header.as_deref().map(name).transpose()?,
         };
-        let mut files: Vec<String> = Vec::new();
-        let a = &config.policy.auth;
-        files.extend(a.credentials_file.clone());
-        files.extend(a.oauth.as_ref().and_then(|o| o.jwks_file.clone()));
         let upstream_credential = match &config.upstream.credential {
             None => None,
             Some(c) => {
-                files.push(c.file.clone());
                 let secret = read_ref(&c.file, "upstream.credential.file")
                     .map_err(|e| policy_error("upstream.credential.file", e))?;
                 let value = format!("{}{}", c.prefix.as_deref().unwrap_or(""), secret.trim());
@@ -248,6 +265,7 @@ impl Runtime {
             provenance,
             upstream_credential,
             files,
+            files_fingerprint,
         })
     }
 

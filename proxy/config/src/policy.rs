@@ -121,7 +121,7 @@ pub struct OAuthConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwks_file: Option<String>,
     /// JWKS URL (`http://` or `https://`), cached and refreshed; an unknown `kid` triggers a
-    /// refresh (at most once per 30 s).
+    /// refresh (at most once per min(30 s, jwksRefreshSeconds)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwks_url: Option<String>,
     /// Accepted signature algorithms (`none` is never accepted).

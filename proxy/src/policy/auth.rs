@@ -93,6 +93,8 @@ pub struct Authenticator {
     mode: AuthMode,
     roles: Vec<String>,
     api_key_header: HeaderName,
+    /// The header name as configured (for the challenge).
+    api_key_header_text: String,
     custom_headers: Vec<HeaderName>,
     credentials: Credentials,
     oauth: Option<OAuth>,
@@ -130,7 +132,7 @@ impl Authenticator {
                         ))
                     }
                     (None, Some(u)) => Keys::Remote(Arc::new(
-                        RemoteJwks::new(u, Duration::from_secs(o.jwks_refresh_seconds.max(30))).map_err(|e| vec![e])?,
+                        RemoteJwks::new(u, Duration::from_secs(o.jwks_refresh_seconds.max(1))).map_err(|e| vec![e])?,
                     )),
                     (None, None) => return Err(vec!["policy.auth.oauth: set jwksFile or jwksUrl".into()]),
                 };
@@ -161,6 +163,7 @@ impl Authenticator {
             mode: a.mode,
             roles: p.roles.clone(),
             api_key_header: header(&a.api_key_header)?,
+            api_key_header_text: a.api_key_header.clone(),
             custom_headers: a.custom_headers.iter().map(|h| header(h)).collect::<Result<_, _>>()?,
             credentials,
             oauth,
@@ -261,7 +264,7 @@ impl Authenticator {
             AuthMode::None | AuthMode::CustomHeaders => return None,
             AuthMode::ApiKey => format!(
                 "ApiKey realm=\"{}\", header=\"{}\"",
-                self.server_name, self.api_key_header
+                self.server_name, self.api_key_header_text
             ),
             AuthMode::Bearer => match err {
                 AuthError::Missing => format!("Bearer realm=\"{}\"", self.server_name),
@@ -381,13 +384,14 @@ impl RemoteJwks {
         jwt::parse_jwks(&String::from_utf8_lossy(&body))
     }
 
-    /// The keys; `force` refetches unless the last fetch was under 30 s ago.
+    /// The keys; `force` (an unknown `kid`) refetches unless the last fetch was under
+    /// min(30 s, refresh interval) ago.
     pub async fn keys(&self, force: bool) -> Option<Arc<Vec<Jwk>>> {
         let mut state = self.state.lock().await;
         let age = state.1.map(|t| t.elapsed());
         let stale = match age {
             None => true,
-            Some(a) if force => a >= Duration::from_secs(30),
+            Some(a) if force => a >= self.refresh.min(Duration::from_secs(30)),
             Some(a) => a >= self.refresh,
         };
         if stale {

@@ -173,14 +173,29 @@ pub struct Session {
     pub url: String,
     pub id: String,
     pub version: String,
+    /// Headers sent with every request (credentials).
+    pub auth: Vec<(String, String)>,
     next_id: std::sync::atomic::AtomicU64,
 }
 
 impl Session {
     pub async fn open(http: Client<HttpConnector, Full<Bytes>>, url: String, version: &str) -> Self {
+        Self::open_with(http, url, version, &[]).await
+    }
+
+    /// Opens a session sending `auth` headers with every request.
+    pub async fn open_with(
+        http: Client<HttpConnector, Full<Bytes>>,
+        url: String,
+        version: &str,
+        auth: &[(&str, &str)],
+    ) -> Self {
+        let auth: Vec<(String, String)> = auth.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "harness", "version": "1"}}});
-        let (status, headers, body) = send(&http, "POST", &url, &base_headers(), Bytes::from(init.to_string())).await;
+        let mut hs = base_headers();
+        hs.extend(auth.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let (status, headers, body) = send(&http, "POST", &url, &hs, Bytes::from(init.to_string())).await;
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
         let id = headers["mcp-session-id"].to_str().unwrap().to_string();
         let negotiated = serde_json::from_slice::<Value>(&body).unwrap()["result"]["protocolVersion"]
@@ -192,6 +207,7 @@ impl Session {
             url,
             id,
             version: negotiated,
+            auth,
             next_id: 1.into(),
         };
         let (status, _, body) = s
@@ -206,6 +222,7 @@ impl Session {
         let mut h = base_headers();
         h.push(("mcp-session-id", &self.id));
         h.push(("mcp-protocol-version", &self.version));
+        h.extend(self.auth.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         send(&self.http, "POST", &self.url, &h, Bytes::from(msg.to_string())).await
     }
 
