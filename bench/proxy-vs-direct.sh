@@ -2,6 +2,7 @@
 # Proxy vs direct upstream, side by side in one run (a benchmark, not a test).
 #
 #   bench/proxy-vs-direct.sh            # BENCH_SECONDS=5 per run by default
+#   BENCH_POLICY=1 bench/proxy-vs-direct.sh   # with API-key auth (1000 keys) and an audit record per call
 #
 # Starts the example service and toolgate-proxy (release builds) on loopback with 100 tools
 # loaded, then drives the same operation with wrk at concurrency 1 and 32:
@@ -39,7 +40,15 @@ text = text.replace("adminListen: 127.0.0.1:9464", f"adminListen: 127.0.0.1:{adm
 # audit records off stdout (the policy benchmark measures them separately).
 text = text.replace("perIp: {requests: 1200, windowSeconds: 60}", "perIp: {requests: 1000000000, windowSeconds: 1}")
 text = text.replace("perIdentity: {requests: 600, windowSeconds: 60}", "perIdentity: {requests: 1000000000, windowSeconds: 1}")
-text = text.replace("audit: {sink: stdout}", "audit: {enabled: false}")
+import os
+if os.environ.get("BENCH_POLICY") == "1":
+    # API-key auth over 1000 keys, and an audit record per call written to a file.
+    creds = os.path.join(os.path.dirname(out), "credentials.yaml")
+    with open(creds, "w") as f:
+        f.write("credentials:\n" + "".join(f"  - {{id: key-{i}, key: bench-key-{i}, role: admin}}\n" for i in range(1000)))
+    text = text.replace("audit: {sink: stdout}", f"audit: {{sink: file, path: '{os.path.dirname(out)}/audit.jsonl'}}\n  auth: {{mode: apiKey, credentialsFile: '{creds}'}}")
+else:
+    text = text.replace("audit: {sink: stdout}", "audit: {enabled: false}")
 text += """
   - name: slow_lookup
     description: The example service's endpoint with 1 ms of service time (an I/O-bound upstream).
@@ -73,6 +82,8 @@ for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && 
 tools=$(curl -sf "http://127.0.0.1:$ADMIN/readyz" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tools"])')
 
 H=(-H 'content-type: application/json' -H 'accept: application/json, text/event-stream')
+KEY=""
+if [[ "${BENCH_POLICY:-0}" == "1" ]]; then KEY="bench-key-517"; H+=(-H "x-api-key: $KEY"); fi
 SID=$(curl -si "${H[@]}" "http://127.0.0.1:$MCP/mcp" \
   -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
   | awk 'tolower($1)=="mcp-session-id:" {print $2}' | tr -d '\r')
@@ -92,6 +103,7 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 wrk.headers["Mcp-Session-Id"] = "$SID"
 wrk.headers["MCP-Protocol-Version"] = "2025-06-18"
 LUA
+[[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$work/$body.lua"
 done
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$PROXY/stat"; }
@@ -111,10 +123,12 @@ run() {
 import json, re, sys
 path, name, c, ticks, clk = sys.argv[1:]
 text = open(path).read()
+if "Requests/sec" not in text:
+    sys.exit(f"wrk failed for {name} at concurrency {c}:\n{text}")
 def us(v):
-    m = re.match(r"([\d.]+)(us|ms|s)", v)
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", v)
     n, u = float(m.group(1)), m.group(2)
-    return n * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+    return n * {"us": 1, "ms": 1e3, "s": 1e6, "m": 6e7}[u]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 total = int(re.search(r"(\d+) requests in", text).group(1))
 bad = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
@@ -140,7 +154,9 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rss_mib = int(sys.argv[2]) / 1024
 by = {(r["name"], r["c"]): r for r in rows}
-print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, same machine")
+import os
+mode = "API-key auth + audit to a file" if os.environ.get("BENCH_POLICY") == "1" else "auth none, audit off"
+print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, {mode}, same machine")
 print(f"{'conc':>4} {'path':<7} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
     for n in ("direct", "proxy"):

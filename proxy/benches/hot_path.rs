@@ -85,6 +85,61 @@ fn bench(name: &str, iters: u32, mut f: impl FnMut()) {
     println!("{name:<48} {:>10.0} ns/op  ({iters} iterations)", ns);
 }
 
+/// The policy layers of one call with API-key auth, both rate limits and an audit record
+/// written to /dev/null: what they add to a call, measured in the same process.
+fn bench_policy() {
+    let dir = std::env::temp_dir().join(format!("toolgate-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let creds = dir.join("credentials.yaml");
+    let mut text = String::from("credentials:\n");
+    for i in 0..1000 {
+        text.push_str(&format!("  - {{id: key-{i}, key: secret-key-{i}, role: operator}}\n"));
+    }
+    std::fs::write(&creds, text).unwrap();
+    let config = CONFIG.replace(
+        "upstream: {baseUrl: \"http://127.0.0.1:9\"}",
+        &format!(
+            "upstream: {{baseUrl: \"http://127.0.0.1:9\"}}\npolicy:\n  readOnly: false\n  auth: {{mode: apiKey, credentialsFile: '{}'}}\n  rateLimit: {{perIp: {{requests: 1000000000, windowSeconds: 1}}, perIdentity: {{requests: 1000000000, windowSeconds: 1}}}}\n  audit: {{sink: file, path: /dev/null, bufferSize: 100000, redactArguments: [/customerNote]}}\n",
+            creds.display()
+        ),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::compile(toolgate_config::parse_yaml(&config).unwrap(), 1).unwrap();
+        let shared = toolgate_proxy::mcp::Shared::new(runtime);
+        let rt = shared.runtime.load_full();
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-api-key", http::HeaderValue::from_static("secret-key-517"));
+        let id = json!(7);
+        let params = json!({"name": "submit_payment_evidence", "arguments": args()});
+        let iters = 100_000u32;
+        let start = Instant::now();
+        for i in 0..iters {
+            let who = rt.auth.authenticate(black_box(&headers)).await.unwrap();
+            shared.limiters.ip.check("127.0.0.1", rt.limits.per_ip).unwrap();
+            shared
+                .limiters
+                .identity
+                .check(&who.subject, rt.limits.per_identity)
+                .unwrap();
+            let audit = toolgate_proxy::mcp::call::CallAudit::new(shared.auditor.load_full(), &id, Some(&params));
+            audit.finish("allowed", "ok", None);
+            if i % 1000 == 0 {
+                tokio::task::yield_now().await; // let the writer drain
+            }
+        }
+        let ns = start.elapsed().as_nanos() as f64 / f64::from(iters);
+        println!(
+            "{:<48} {:>10.0} ns/op  ({iters} iterations)",
+            "policy: api key + ip/identity limits + audit", ns
+        );
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn main() {
     let rt = Runtime::compile(toolgate_config::parse_yaml(CONFIG).unwrap(), 1).unwrap();
     let tool = rt.tool("submit_payment_evidence").unwrap();
@@ -118,6 +173,7 @@ fn main() {
                 .to_string(),
         ),
     };
+    bench_policy();
     bench("shape the response into an envelope", 200_000, || {
         let o = shape::response(tool, black_box(&resp));
         black_box(toolgate_proxy::envelope::call_result(o.to_envelope("t", "mutation", 1), o.is_error()).to_string());

@@ -19,14 +19,14 @@ use crate::upstream::{mapping, shape};
 
 /// The audit record of one `tools/call`, sent exactly once: by `finish`, or on drop (a call
 /// cancelled because the client went away) with decision `cancelled`.
-pub(crate) struct CallAudit {
+pub struct CallAudit {
     rec: Option<AuditRecord>,
     auditor: Arc<Auditor>,
     started: Instant,
 }
 
 impl CallAudit {
-    pub(crate) fn new(auditor: Arc<Auditor>, id: &Value, params: Option<&Value>) -> Self {
+    pub fn new(auditor: Arc<Auditor>, id: &Value, params: Option<&Value>) -> Self {
         let tool = params
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
@@ -96,7 +96,7 @@ impl CallAudit {
     }
 
     /// Sends the record.
-    pub(crate) fn finish(mut self, decision: &'static str, reason: &'static str, outcome: Option<&Outcome>) {
+    pub fn finish(mut self, decision: &'static str, reason: &'static str, outcome: Option<&Outcome>) {
         if let Some(mut r) = self.rec.take() {
             r.decision = decision;
             r.reason = reason;

@@ -2,7 +2,7 @@
 //! sessions, version negotiation, Origin checks and the `tools/*` methods.
 
 pub mod args;
-mod call;
+pub mod call;
 pub mod session;
 
 use std::net::SocketAddr;
@@ -144,7 +144,7 @@ fn empty(status: StatusCode) -> Response<Body> {
 }
 
 /// Result of a JSON-RPC request handler.
-enum Reply {
+pub(crate) enum Reply {
     Result(Value),
     /// A result already serialized as JSON text.
     RawResult(String),

@@ -1,0 +1,522 @@
+#!/usr/bin/env bash
+# A REAL Kubernetes control plane (etcd + kube-apiserver) on loopback, for end-to-end tests.
+# No Docker, no kubelet, no controller-manager, no scheduler: the API server is real (RBAC,
+# TokenRequest, CRDs with CEL validation, server-side apply, admission), but pods never run.
+#
+# Pinned versions (change them here; the cache key follows):
+#   kube-apiserver  k8s.io/kubernetes         v1.34.4  (staging modules k8s.io/* at v0.34.4)
+#   etcd            go.etcd.io/etcd/server/v3 v3.6.16  (its root package main = etcdmain)
+#
+# Cache layout (${TOOLGATE_CACHE:-$HOME/.cache/toolgate}):
+#   bin/v1.34.4/kube-apiserver
+#   bin/v3.6.16/etcd
+# Both are built from source with the machine's Go (go >= 1.26.0 needed by etcd v3.6.16),
+# CGO_ENABLED=0 -trimpath -ldflags='-s -w ...', under `nice -n 19`, each in a throwaway Go
+# module in a temp dir, then moved into place atomically. If a binary exists it is not rebuilt.
+# kube-apiserver: k8s.io/kubernetes's own go.mod requires its staging repos (k8s.io/api,
+# apimachinery, apiserver, client-go, component-base, kms, ...) at v0.0.0 and replaces them
+# with ./staging/src/...; replace lines are ignored in a dependency, so the throwaway module
+# re-derives that replace list from the downloaded go.mod and maps each k8s.io/<repo> to
+# k8s.io/<repo> v0.34.4.
+# Cold build measured on this 2-core machine (nice 19, another build competing, module
+# download included): kube-apiserver ~TBD, etcd ~TBD.
+#
+# Commands:
+#   e2e/control-plane.sh build                     build the binaries into the cache (idempotent)
+#   e2e/control-plane.sh start <dir>               build if needed, start etcd + kube-apiserver on
+#                                                  free 127.0.0.1 ports, wait for /readyz (90 s)
+#   e2e/control-plane.sh stop <dir>                stop both, wait for them to exit
+#   e2e/control-plane.sh restart-apiserver <dir>   stop kube-apiserver only and start it again on
+#                                                  the same port against the same etcd
+#   e2e/control-plane.sh status <dir>              exit 0 if both run and /readyz answers ok
+#
+# What `start <dir>` leaves in <dir> (an absolute path is used; no whitespace allowed):
+#   kubeconfig   server https://127.0.0.1:<port>, CA embedded, user admin (static token,
+#                group system:masters)
+#   env          KEY=value lines (source it with `set -a; . <dir>/env; set +a`):
+#                KUBECONFIG APISERVER_URL APISERVER_TOKEN APISERVER_CA ETCD_URL
+#                APISERVER_PID ETCD_PID KUBE_APISERVER_BIN ETCD_BIN SERVICE_ACCOUNT_ISSUER
+#   etcd.log kube-apiserver.log   logs (appended to across restarts)
+#   pki/         ca.crt ca.key apiserver.crt apiserver.key sa.key sa.pub, tokens.csv
+#   etcd-data/   etcd's data dir
+# Without a controller-manager: no ReplicaSets/pods from Deployments, no "default"
+# ServiceAccount in namespaces, no garbage collection, and a deleted namespace stays
+# Terminating. Create ServiceAccounts explicitly; use fresh namespaces per test.
+#
+# Environment: TOOLGATE_CACHE (cache root), CONTROL_PLANE_READY_TIMEOUT (seconds, default 90).
+set -euo pipefail
+
+K8S_VERSION=v1.34.4
+K8S_STAGING_VERSION=v0.34.4
+ETCD_VERSION=v3.6.16
+
+CACHE_DIR=${TOOLGATE_CACHE:-$HOME/.cache/toolgate}
+KUBE_APISERVER_BIN=$CACHE_DIR/bin/$K8S_VERSION/kube-apiserver
+ETCD_BIN=$CACHE_DIR/bin/$ETCD_VERSION/etcd
+READY_TIMEOUT=${CONTROL_PLANE_READY_TIMEOUT:-90}
+SERVICE_CIDR=10.0.0.0/24
+
+log() { printf '[control-plane] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Paths removed and pids killed if the script exits before it is done (set -e, die, signal).
+CLEANUP_PATHS=()
+CLEANUP_PIDS=()
+on_exit() {
+  local rc=$? p
+  for p in "${CLEANUP_PIDS[@]+"${CLEANUP_PIDS[@]}"}"; do
+    kill_and_wait "$p" 15 || true
+  done
+  for p in "${CLEANUP_PATHS[@]+"${CLEANUP_PATHS[@]}"}"; do
+    rm -rf -- "$p"
+  done
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# kill_and_wait <pid> <seconds>: SIGTERM, wait up to <seconds>, then SIGKILL and wait.
+kill_and_wait() {
+  local pid=$1 secs=$2 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < secs * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  log "pid $pid did not exit after ${secs}s of SIGTERM; sending SIGKILL"
+  kill -KILL "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------------------------
+
+# go_build_in_module <tmpdir> <out> <package> <ldflags>: builds in the throwaway module at tmpdir.
+go_build_in_module() {
+  local mod=$1 out=$2 pkg=$3 ldflags=$4
+  (
+    cd "$mod"
+    CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod" nice -n 19 \
+      go build -trimpath -ldflags="$ldflags" -o "$out" "$pkg"
+  )
+}
+
+build_kube_apiserver() {
+  [[ -x $KUBE_APISERVER_BIN ]] && return 0
+  command -v go >/dev/null || die "go is needed to build kube-apiserver"
+  local start=$SECONDS tmp gomod repos
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-kube-apiserver.XXXXXX")
+  CLEANUP_PATHS+=("$tmp")
+  log "building kube-apiserver $K8S_VERSION (cold: many minutes) ..."
+  gomod=$(cd "$tmp" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -f $gomod ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
+  # Every "k8s.io/<repo> => ./staging/src/k8s.io/<repo>" in kubernetes' go.mod.
+  repos=$(sed -n 's|^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*|\1|p' "$gomod")
+  [[ -n $repos ]] || die "no staging replace lines found in $gomod"
+  {
+    echo "module toolgate.local/e2e/kube-apiserver-build"
+    echo
+    echo "go $(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+    sed -n '/^godebug /p' "$gomod"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    local r
+    for r in $repos; do echo "	$r => $r $K8S_STAGING_VERSION"; done
+    echo ")"
+  } >"$tmp/go.mod"
+  local v=${K8S_VERSION#v} pkgv=k8s.io/component-base/version
+  local ldflags="-s -w -X $pkgv.gitVersion=$K8S_VERSION -X $pkgv.gitMajor=${v%%.*}"
+  ldflags+=" -X $pkgv.gitMinor=$(cut -d. -f2 <<<"$v") -X $pkgv.gitTreeState=clean"
+  ldflags+=" -X $pkgv.buildDate=1970-01-01T00:00:00Z"
+  mkdir -p "$(dirname "$KUBE_APISERVER_BIN")"
+  CLEANUP_PATHS+=("$KUBE_APISERVER_BIN.tmp.$$")
+  go_build_in_module "$tmp" "$KUBE_APISERVER_BIN.tmp.$$" k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
+  mv -f "$KUBE_APISERVER_BIN.tmp.$$" "$KUBE_APISERVER_BIN"
+  log "built kube-apiserver $K8S_VERSION in $((SECONDS - start)) s: $KUBE_APISERVER_BIN"
+}
+
+build_etcd() {
+  [[ -x $ETCD_BIN ]] && return 0
+  command -v go >/dev/null || die "go is needed to build etcd"
+  local start=$SECONDS tmp gomod
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-etcd.XXXXXX")
+  CLEANUP_PATHS+=("$tmp")
+  log "building etcd $ETCD_VERSION ..."
+  gomod=$(cd "$tmp" && go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -f $gomod ]] || die "could not download go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  # etcd's server/v3 requires its sibling modules (api, client, pkg) at the same exact release,
+  # so no replace lines are needed.
+  {
+    echo "module toolgate.local/e2e/etcd-build"
+    echo
+    echo "go $(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+    echo
+    echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+  } >"$tmp/go.mod"
+  mkdir -p "$(dirname "$ETCD_BIN")"
+  CLEANUP_PATHS+=("$ETCD_BIN.tmp.$$")
+  go_build_in_module "$tmp" "$ETCD_BIN.tmp.$$" go.etcd.io/etcd/server/v3 "-s -w"
+  mv -f "$ETCD_BIN.tmp.$$" "$ETCD_BIN"
+  log "built etcd $ETCD_VERSION in $((SECONDS - start)) s: $ETCD_BIN"
+}
+
+cmd_build() {
+  build_etcd
+  build_kube_apiserver
+}
+
+# ---------------------------------------------------------------------------------------------
+# helpers for start / stop
+# ---------------------------------------------------------------------------------------------
+
+now_ms() { date +%s%3N; }
+fmt_ms() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
+
+# free_port: a TCP port on 127.0.0.1 that nothing listens on (nor has in TIME_WAIT), not in
+# PICKED_PORTS. Picked at random from 20000-60999 so parallel control planes rarely collide.
+PICKED_PORTS=" "
+free_port() {
+  local p i
+  for ((i = 0; i < 200; i++)); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 41000))
+    [[ $PICKED_PORTS == *" $p "* ]] && continue
+    if command -v ss >/dev/null; then
+      [[ -z $(ss -Htan "( sport = :$p )" 2>/dev/null) ]] || continue
+    elif (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      continue
+    fi
+    PICKED_PORTS+="$p "
+    FREE_PORT=$p
+    return 0
+  done
+  die "no free port found on 127.0.0.1"
+}
+
+# pid_is_ours <pid> <dir>: the pid is alive and its command line mentions <dir>/.
+pid_is_ours() {
+  local pid=$1 dir=$2
+  [[ -n $pid && $pid =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"
+}
+
+# abs_dir <dir>: creates it and sets DIR to its absolute path (no whitespace allowed).
+abs_dir() {
+  [[ -n ${1:-} ]] || usage
+  mkdir -p -- "$1"
+  DIR=$(cd -- "$1" && pwd -P)
+  [[ $DIR != *[[:space:]]* ]] || die "<dir> must not contain whitespace: $DIR"
+}
+
+# load_env: reads $DIR/env into ENV_<KEY> variables (KEY=value lines, no quoting).
+load_env() {
+  local key value
+  [[ -f $DIR/env ]] || die "$DIR/env not found: was 'start $DIR' run?"
+  while IFS='=' read -r key value; do
+    [[ $key =~ ^[A-Z_][A-Z0-9_]*$ ]] || continue
+    printf -v "ENV_$key" '%s' "$value"
+  done <"$DIR/env"
+}
+
+write_env() {
+  local apiserver_pid=$1 etcd_pid=$2
+  cat >"$DIR/env.tmp" <<EOF
+KUBECONFIG=$DIR/kubeconfig
+APISERVER_URL=https://127.0.0.1:$API_PORT
+APISERVER_PORT=$API_PORT
+APISERVER_TOKEN=$ADMIN_TOKEN
+APISERVER_CA=$DIR/pki/ca.crt
+SERVICE_ACCOUNT_ISSUER=https://127.0.0.1:$API_PORT
+ETCD_URL=http://127.0.0.1:$ETCD_PORT
+ETCD_CLIENT_PORT=$ETCD_PORT
+ETCD_PEER_PORT=$ETCD_PEER_PORT
+APISERVER_PID=$apiserver_pid
+ETCD_PID=$etcd_pid
+KUBE_APISERVER_BIN=$KUBE_APISERVER_BIN
+ETCD_BIN=$ETCD_BIN
+K8S_VERSION=$K8S_VERSION
+ETCD_VERSION=$ETCD_VERSION
+EOF
+  mv -f "$DIR/env.tmp" "$DIR/env"
+}
+
+write_kubeconfig() {
+  local ca_b64
+  ca_b64=$(base64 -w0 <"$DIR/pki/ca.crt")
+  (
+    umask 077
+    cat >"$DIR/kubeconfig.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: toolgate-e2e
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $ca_b64
+users:
+- name: admin
+  user:
+    token: $ADMIN_TOKEN
+contexts:
+- name: toolgate-e2e
+  context:
+    cluster: toolgate-e2e
+    user: admin
+    namespace: default
+current-context: toolgate-e2e
+EOF
+  )
+  mv -f "$DIR/kubeconfig.tmp" "$DIR/kubeconfig"
+}
+
+# make_pki: CA, apiserver serving cert (127.0.0.1, localhost, in-cluster names), a
+# service-account signing key pair and the static token file. The CA key stays in pki/ so a
+# test can mint client certificates (--client-ca-file trusts the CA: CN=user, O=group).
+make_pki() {
+  local pki=$DIR/pki
+  command -v openssl >/dev/null || die "openssl is needed to generate certificates"
+  mkdir -p "$pki"
+  chmod 700 "$pki"
+  cat >"$pki/openssl.cnf" <<'EOF'
+[req]
+distinguished_name = dn
+prompt = no
+[dn]
+CN = toolgate-e2e
+[v3_ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, keyCertSign, cRLSign, digitalSignature
+subjectKeyIdentifier = hash
+[v3_server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature
+extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+subjectAltName = IP:127.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
+EOF
+  (
+    cd "$pki"
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
+    openssl req -x509 -new -config openssl.cnf -extensions v3_ca -key ca.key \
+      -subj "/CN=toolgate-e2e-ca" -days 3650 -sha256 -out ca.crt
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out apiserver.key
+    openssl req -new -config openssl.cnf -key apiserver.key -subj "/CN=kube-apiserver" \
+      -out apiserver.csr
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key \
+      -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
+      -extfile openssl.cnf -extensions v3_server -out apiserver.crt 2>/dev/null
+    rm -f apiserver.csr
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
+    openssl pkey -in sa.key -pubout -out sa.pub
+    printf '%s,admin,admin-uid,"system:masters"\n' "$(openssl rand -hex 32)" >tokens.csv
+    chmod 600 ./*.key tokens.csv
+  )
+  ADMIN_TOKEN=$(cut -d, -f1 "$pki/tokens.csv")
+}
+
+# wait_http <what> <pid> <log> <timeout_s> <curl args... url>: polls until curl succeeds,
+# the process dies (fail) or the timeout passes (fail).
+wait_http() {
+  local what=$1 pid=$2 logfile=$3 timeout=$4
+  shift 4
+  local deadline=$(($(now_ms) + timeout * 1000))
+  while :; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$what exited during startup; last lines of $logfile:"
+      tail -n 30 "$logfile" >&2 || true
+      return 1
+    fi
+    if curl -fsS --max-time 2 -o /dev/null "$@" 2>/dev/null; then
+      return 0
+    fi
+    if (($(now_ms) > deadline)); then
+      log "$what not ready after ${timeout}s; last lines of $logfile:"
+      tail -n 30 "$logfile" >&2 || true
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+start_etcd() {
+  setsid "$ETCD_BIN" \
+    --name=toolgate-e2e \
+    --data-dir="$DIR/etcd-data" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="toolgate-e2e=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster-state=new \
+    --unsafe-no-fsync=true \
+    --log-level=warn \
+    </dev/null >>"$DIR/etcd.log" 2>&1 &
+  ETCD_PID=$!
+  CLEANUP_PIDS+=("$ETCD_PID")
+  wait_http etcd "$ETCD_PID" "$DIR/etcd.log" "$READY_TIMEOUT" \
+    "http://127.0.0.1:$ETCD_PORT/health" || die "etcd did not become healthy"
+}
+
+write_apiserver_args() {
+  local pki=$DIR/pki
+  printf '%s\n' \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$API_PORT" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --tls-cert-file="$pki/apiserver.crt" \
+    --tls-private-key-file="$pki/apiserver.key" \
+    --client-ca-file="$pki/ca.crt" \
+    --token-auth-file="$pki/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-account-issuer="https://127.0.0.1:$API_PORT" \
+    --service-account-key-file="$pki/sa.pub" \
+    --service-account-signing-key-file="$pki/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --endpoint-reconciler-type=none \
+    --cert-dir="$pki/generated" \
+    --allow-privileged=true \
+    --profiling=false \
+    --v=1 \
+    >"$DIR/kube-apiserver.args"
+}
+
+start_apiserver() {
+  local args
+  mapfile -t args <"$DIR/kube-apiserver.args"
+  setsid "$KUBE_APISERVER_BIN" "${args[@]}" </dev/null >>"$DIR/kube-apiserver.log" 2>&1 &
+  APISERVER_PID=$!
+  CLEANUP_PIDS+=("$APISERVER_PID")
+  wait_http kube-apiserver "$APISERVER_PID" "$DIR/kube-apiserver.log" "$READY_TIMEOUT" \
+    --cacert "$DIR/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "https://127.0.0.1:$API_PORT/readyz" || die "kube-apiserver did not become ready"
+}
+
+# ---------------------------------------------------------------------------------------------
+# commands
+# ---------------------------------------------------------------------------------------------
+
+cmd_start() {
+  abs_dir "${1:-}"
+  if [[ -f $DIR/env ]]; then
+    load_env
+    if pid_is_ours "${ENV_ETCD_PID:-}" "$DIR" || pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR"; then
+      die "a control plane already runs in $DIR (run: $0 stop $DIR)"
+    fi
+  fi
+  cmd_build
+  command -v curl >/dev/null || die "curl is needed to wait for readiness"
+  local t0 t1 t2
+  t0=$(now_ms)
+  if [[ -f $DIR/env && -f $DIR/pki/tokens.csv && -d $DIR/etcd-data ]]; then
+    # A stopped control plane: start it again on the same ports, certs and etcd data.
+    API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT
+    ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
+    ADMIN_TOKEN=$(cut -d, -f1 "$DIR/pki/tokens.csv")
+    log "starting the stopped control plane in $DIR again (same ports, certs, etcd data)"
+  else
+    [[ ! -e $DIR/etcd-data ]] || die "$DIR/etcd-data exists without $DIR/env; use an empty dir"
+    rm -rf "$DIR/pki"
+    free_port && API_PORT=$FREE_PORT
+    free_port && ETCD_PORT=$FREE_PORT
+    free_port && ETCD_PEER_PORT=$FREE_PORT
+    make_pki
+    write_kubeconfig
+  fi
+  write_apiserver_args
+  start_etcd
+  t1=$(now_ms)
+  start_apiserver
+  write_env "$APISERVER_PID" "$ETCD_PID"
+  CLEANUP_PIDS=()
+  t2=$(now_ms)
+  log "ready in $(fmt_ms $((t2 - t0))) s (etcd healthy after $(fmt_ms $((t1 - t0))) s," \
+    "kube-apiserver /readyz after $(fmt_ms $((t2 - t1))) s more):" \
+    "https://127.0.0.1:$API_PORT, etcd 127.0.0.1:$ETCD_PORT, KUBECONFIG=$DIR/kubeconfig"
+}
+
+cmd_stop() {
+  abs_dir "${1:-}"
+  [[ -f $DIR/env ]] || { log "nothing to stop in $DIR"; return 0; }
+  load_env
+  if pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR"; then
+    kill_and_wait "$ENV_APISERVER_PID" 30 || die "kube-apiserver $ENV_APISERVER_PID did not exit"
+  fi
+  if pid_is_ours "${ENV_ETCD_PID:-}" "$DIR"; then
+    kill_and_wait "$ENV_ETCD_PID" 30 || die "etcd $ENV_ETCD_PID did not exit"
+  fi
+  log "stopped the control plane in $DIR"
+}
+
+cmd_restart_apiserver() {
+  abs_dir "${1:-}"
+  load_env
+  pid_is_ours "${ENV_ETCD_PID:-}" "$DIR" || die "etcd is not running in $DIR"
+  API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
+  ADMIN_TOKEN=$ENV_APISERVER_TOKEN
+  local t0 t1 t2
+  t0=$(now_ms)
+  if pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR"; then
+    kill_and_wait "$ENV_APISERVER_PID" 30 || die "kube-apiserver $ENV_APISERVER_PID did not exit"
+  fi
+  t1=$(now_ms)
+  start_apiserver
+  write_env "$APISERVER_PID" "$ENV_ETCD_PID"
+  CLEANUP_PIDS=()
+  t2=$(now_ms)
+  log "kube-apiserver restarted (pid $APISERVER_PID): stopped in $(fmt_ms $((t1 - t0))) s," \
+    "/readyz again after $(fmt_ms $((t2 - t1))) s"
+}
+
+cmd_status() {
+  abs_dir "${1:-}"
+  load_env
+  local rc=0
+  if pid_is_ours "${ENV_ETCD_PID:-}" "$DIR"; then
+    echo "etcd: running (pid $ENV_ETCD_PID, $ENV_ETCD_URL)"
+  else
+    echo "etcd: not running"
+    rc=1
+  fi
+  if pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR"; then
+    echo "kube-apiserver: running (pid $ENV_APISERVER_PID)"
+  else
+    echo "kube-apiserver: not running"
+    rc=1
+  fi
+  if curl -fsS --max-time 5 --cacert "$ENV_APISERVER_CA" \
+    -H "Authorization: Bearer $ENV_APISERVER_TOKEN" "$ENV_APISERVER_URL/readyz" >/dev/null 2>&1; then
+    echo "readyz: ok ($ENV_APISERVER_URL)"
+  else
+    echo "readyz: failing ($ENV_APISERVER_URL)"
+    rc=1
+  fi
+  return "$rc"
+}
+
+usage() {
+  echo "usage:" >&2
+  sed -n 's/^#   e2e\/control-plane.sh /  control-plane.sh /p' "${BASH_SOURCE[0]}" >&2
+  exit 2
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  start) cmd_start "${2:-}" ;;
+  stop) cmd_stop "${2:-}" ;;
+  restart-apiserver) cmd_restart_apiserver "${2:-}" ;;
+  status) cmd_status "${2:-}" ;;
+  *) usage ;;
+esac
