@@ -665,3 +665,29 @@ async fn keys_from_a_jwks_url_are_fetched_and_rotated() {
         "rotated key"
     );
 }
+
+#[tokio::test]
+async fn an_agent_header_is_believed_only_from_a_trusted_proxy() {
+    let base = "  auth: {mode: none}\n  audit: {enabled: false}\n  provenance: {trustedAgentHeader: X-Agent-Id}\n";
+    for (trusted, expected) in [(false, None), (true, Some("whaapy-agent-9"))] {
+        let policy = if trusted {
+            format!("{base}  rateLimit: {{trustedProxies: ['127.0.0.1/32']}}\n")
+        } else {
+            base.to_string()
+        };
+        let s = setup(if trusted { "agent-trusted" } else { "agent-untrusted" }, &policy).await;
+        let session = Session::open_with(
+            common::client(),
+            s.url.clone(),
+            "2025-06-18",
+            &[("x-agent-id", "whaapy-agent-9")],
+        )
+        .await;
+        let (env, _) = session.envelope("echo_read", json!({"id": "1"})).await;
+        assert_eq!(
+            env["data"]["headers"]["x-toolgate-agent"].as_str(),
+            expected,
+            "trusted={trusted}"
+        );
+    }
+}
