@@ -159,7 +159,7 @@ pub struct AuditStats {
 
 /// The audit pipeline of one audit configuration.
 pub struct Auditor {
-    tx: Option<mpsc::Sender<Vec<u8>>>,
+    tx: Option<mpsc::Sender<Msg>>,
     /// Counters.
     pub stats: Arc<AuditStats>,
     healthy: Arc<AtomicBool>,
@@ -202,10 +202,19 @@ impl Auditor {
         let Some(tx) = &self.tx else { return };
         let mut line = serde_json::to_vec(rec).unwrap_or_default();
         line.push(b'\n');
-        if tx.try_send(line).is_err() {
+        if tx.try_send(Msg::Line(line)).is_err() {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             self.healthy.store(false, Ordering::Relaxed);
         }
+    }
+
+    /// Waits (up to `timeout`) until every record queued so far has been written: on shutdown,
+    /// after the last call finished, so no record is lost to the exit.
+    pub async fn flush(&self, timeout: std::time::Duration) -> bool {
+        let Some(tx) = &self.tx else { return true };
+        let (done, wait) = tokio::sync::oneshot::channel();
+        let sent = tokio::time::timeout(timeout, tx.send(Msg::Flush(done))).await;
+        matches!(sent, Ok(Ok(()))) && tokio::time::timeout(timeout, wait).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Whether write-tier calls must be refused now (failClosed and records are being lost).
@@ -219,19 +228,59 @@ impl Auditor {
     }
 }
 
+/// What the writer receives.
+enum Msg {
+    /// One serialized record (with its newline).
+    Line(Vec<u8>),
+    /// Answer once everything before it is written.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
 async fn writer(
-    mut rx: mpsc::Receiver<Vec<u8>>,
+    mut rx: mpsc::Receiver<Msg>,
     sink: AuditSink,
     path: Option<String>,
     stats: Arc<AuditStats>,
     healthy: Arc<AtomicBool>,
 ) {
-    let mut file: Option<tokio::fs::File> = None;
-    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(256);
+    let mut out = Sink {
+        kind: sink,
+        path: path.unwrap_or_default(),
+        file: None,
+    };
+    let mut batch: Vec<Msg> = Vec::with_capacity(256);
     while rx.recv_many(&mut batch, 256).await > 0 {
-        let n = batch.len() as u64;
-        let bytes: Vec<u8> = batch.drain(..).flatten().collect();
-        let result = match sink {
+        let mut bytes = Vec::new();
+        let mut n = 0u64;
+        for msg in batch.drain(..) {
+            match msg {
+                Msg::Line(line) => {
+                    bytes.extend(line);
+                    n += 1;
+                }
+                Msg::Flush(done) => {
+                    out.write(std::mem::take(&mut bytes), std::mem::take(&mut n), &stats, &healthy)
+                        .await;
+                    let _ = done.send(());
+                }
+            }
+        }
+        out.write(bytes, n, &stats, &healthy).await;
+    }
+}
+
+struct Sink {
+    kind: AuditSink,
+    path: String,
+    file: Option<tokio::fs::File>,
+}
+
+impl Sink {
+    async fn write(&mut self, bytes: Vec<u8>, n: u64, stats: &AuditStats, healthy: &AtomicBool) {
+        if n == 0 {
+            return;
+        }
+        let result = match self.kind {
             AuditSink::Stdout => tokio::task::spawn_blocking(move || {
                 let mut out = std::io::stdout().lock();
                 out.write_all(&bytes).and_then(|()| out.flush())
@@ -239,16 +288,15 @@ async fn writer(
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e))),
             AuditSink::File => {
-                let path = path.as_deref().unwrap_or("");
-                if file.is_none() {
-                    file = tokio::fs::OpenOptions::new()
+                if self.file.is_none() {
+                    self.file = tokio::fs::OpenOptions::new()
                         .create(true)
                         .append(true)
-                        .open(path)
+                        .open(&self.path)
                         .await
                         .ok();
                 }
-                match file.as_mut() {
+                match self.file.as_mut() {
                     Some(f) => {
                         let r = async {
                             f.write_all(&bytes).await?;
@@ -256,11 +304,11 @@ async fn writer(
                         }
                         .await;
                         if r.is_err() {
-                            file = None;
+                            self.file = None;
                         }
                         r
                     }
-                    None => Err(std::io::Error::other(format!("cannot open {path}"))),
+                    None => Err(std::io::Error::other(format!("cannot open {}", self.path))),
                 }
             }
         };

@@ -75,6 +75,10 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
+        // Every call has finished: write out the audit records still queued.
+        if !self.shared.auditor.load().flush(Duration::from_secs(5)).await {
+            tracing::warn!("some audit records could not be written before exit");
+        }
     }
 }
 

@@ -78,7 +78,13 @@ async fn sigterm_drains_in_flight_calls_then_exits_zero() {
             .port()
     };
     let (mcp, admin) = (port(()), port(()));
-    let text = common::config_text(upstream, "")
+    let audit = std::env::temp_dir().join(format!("toolgate-cli-{}-audit.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&audit);
+    let policy = format!(
+        "policy:\n  readOnly: false\n  audit: {{sink: file, path: '{}'}}\n",
+        audit.display()
+    );
+    let text = common::config_with_policy(upstream, "", &policy)
         .replace("listen: 127.0.0.1:0", &format!("listen: 127.0.0.1:{mcp}"))
         .replace("adminListen: 127.0.0.1:0", &format!("adminListen: 127.0.0.1:{admin}"))
         .replace("timeoutMs: 300", "timeoutMs: 5000");
@@ -118,6 +124,13 @@ async fn sigterm_drains_in_flight_calls_then_exits_zero() {
         .unwrap()
         .unwrap();
     assert_eq!(status.code(), Some(0));
+    // The drained call's audit record was written before the process exited.
+    let records = std::fs::read_to_string(&audit).unwrap();
+    assert_eq!(records.lines().count(), 1, "{records}");
+    assert!(
+        records.contains("\"tool\":\"slow\"") && records.contains("\"decision\":\"allowed\""),
+        "{records}"
+    );
     // New connections are refused once the listener is closed.
     assert!(std::net::TcpStream::connect(("127.0.0.1", mcp)).is_err());
 }
