@@ -54,7 +54,9 @@ CACHE_DIR=${TOOLGATE_CACHE:-$HOME/.cache/toolgate}
 KUBE_APISERVER_BIN=$CACHE_DIR/bin/$K8S_VERSION/kube-apiserver
 ETCD_BIN=$CACHE_DIR/bin/$ETCD_VERSION/etcd
 READY_TIMEOUT=${CONTROL_PLANE_READY_TIMEOUT:-90}
-SERVICE_CIDR=10.0.0.0/24
+# Service ClusterIPs come from a loopback range: with no kube-proxy nothing routes them, and a
+# test that connects to one by mistake stays on 127.0.0.0/8 (accepted by v1.34 validation).
+SERVICE_CIDR=${CONTROL_PLANE_SERVICE_CIDR:-127.0.100.0/24}
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -65,7 +67,7 @@ CLEANUP_PIDS=()
 on_exit() {
   local rc=$? p
   for p in "${CLEANUP_PIDS[@]+"${CLEANUP_PIDS[@]}"}"; do
-    kill_and_wait "$p" 15 || true
+    kill_and_wait "$p" 3 || true
   done
   for p in "${CLEANUP_PATHS[@]+"${CLEANUP_PATHS[@]}"}"; do
     rm -rf -- "$p"
@@ -364,9 +366,10 @@ start_etcd() {
     --log-level=warn \
     </dev/null >>"$DIR/etcd.log" 2>&1 &
   ETCD_PID=$!
+  disown "$ETCD_PID"
   CLEANUP_PIDS+=("$ETCD_PID")
   wait_http etcd "$ETCD_PID" "$DIR/etcd.log" "$READY_TIMEOUT" \
-    "http://127.0.0.1:$ETCD_PORT/health" || die "etcd did not become healthy"
+    "http://127.0.0.1:$ETCD_PORT/health"
 }
 
 write_apiserver_args() {
@@ -398,11 +401,20 @@ start_apiserver() {
   mapfile -t args <"$DIR/kube-apiserver.args"
   setsid "$KUBE_APISERVER_BIN" "${args[@]}" </dev/null >>"$DIR/kube-apiserver.log" 2>&1 &
   APISERVER_PID=$!
+  disown "$APISERVER_PID"
   CLEANUP_PIDS+=("$APISERVER_PID")
   wait_http kube-apiserver "$APISERVER_PID" "$DIR/kube-apiserver.log" "$READY_TIMEOUT" \
     --cacert "$DIR/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
-    "https://127.0.0.1:$API_PORT/readyz" || die "kube-apiserver did not become ready"
+    "https://127.0.0.1:$API_PORT/readyz"
 }
+
+# port_taken_since <log> <byte offset>: the process logged a bind failure after that offset
+# (another process took the port between free_port and the bind).
+port_taken_since() {
+  tail -c "+$(($2 + 1))" "$1" 2>/dev/null | grep -q "address already in use"
+}
+
+file_size() { if [[ -f $1 ]]; then stat -c %s "$1"; else echo 0; fi; }
 
 # ---------------------------------------------------------------------------------------------
 # commands
@@ -418,9 +430,10 @@ cmd_start() {
   fi
   cmd_build
   command -v curl >/dev/null || die "curl is needed to wait for readiness"
-  local t0 t1 t2
+  local t0 t1 t2 fresh=yes attempt offset
   t0=$(now_ms)
   if [[ -f $DIR/env && -f $DIR/pki/tokens.csv && -d $DIR/etcd-data ]]; then
+    fresh=
     # A stopped control plane: start it again on the same ports, certs and etcd data.
     API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT
     ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
@@ -436,9 +449,36 @@ cmd_start() {
     write_kubeconfig
   fi
   write_apiserver_args
-  start_etcd
+  # A fresh start retries with new ports if another process grabbed one meanwhile.
+  for attempt in 1 2 3; do
+    offset=$(file_size "$DIR/etcd.log")
+    start_etcd && break
+    kill_and_wait "$ETCD_PID" 3 || true
+    if [[ -n $fresh ]] && ((attempt < 3)) && port_taken_since "$DIR/etcd.log" "$offset"; then
+      log "an etcd port was taken meanwhile; retrying on new ports"
+      rm -rf "$DIR/etcd-data"
+      free_port && ETCD_PORT=$FREE_PORT
+      free_port && ETCD_PEER_PORT=$FREE_PORT
+      write_apiserver_args
+      continue
+    fi
+    die "etcd did not become healthy (log: $DIR/etcd.log)"
+  done
   t1=$(now_ms)
-  start_apiserver
+  for attempt in 1 2 3; do
+    offset=$(file_size "$DIR/kube-apiserver.log")
+    start_apiserver && break
+    kill_and_wait "$APISERVER_PID" 3 || true
+    if [[ -n $fresh ]] && ((attempt < 3)) &&
+      port_taken_since "$DIR/kube-apiserver.log" "$offset"; then
+      log "the kube-apiserver port was taken meanwhile; retrying on a new port"
+      free_port && API_PORT=$FREE_PORT
+      write_kubeconfig
+      write_apiserver_args
+      continue
+    fi
+    die "kube-apiserver did not become ready (log: $DIR/kube-apiserver.log)"
+  done
   write_env "$APISERVER_PID" "$ETCD_PID"
   CLEANUP_PIDS=()
   t2=$(now_ms)
@@ -472,7 +512,7 @@ cmd_restart_apiserver() {
     kill_and_wait "$ENV_APISERVER_PID" 30 || die "kube-apiserver $ENV_APISERVER_PID did not exit"
   fi
   t1=$(now_ms)
-  start_apiserver
+  start_apiserver || die "kube-apiserver did not become ready (log: $DIR/kube-apiserver.log)"
   write_env "$APISERVER_PID" "$ENV_ETCD_PID"
   CLEANUP_PIDS=()
   t2=$(now_ms)

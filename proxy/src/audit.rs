@@ -56,8 +56,11 @@ pub struct AuditRecord {
     pub safety: Option<&'static str>,
     /// `sha256:<hex>` of the canonical arguments (sorted keys, no whitespace), before redaction.
     pub arguments_digest: Option<String>,
-    /// The arguments with `policy.audit.redactArguments` replaced by `"[REDACTED]"`.
+    /// The arguments with `policy.audit.redactArguments` replaced by `"[REDACTED]"` (only for
+    /// authenticated callers; larger than 16 KiB: `{"omitted": "too_large", "bytes": n}`).
     pub arguments: Option<Value>,
+    /// Size of the arguments as received (compact JSON), in bytes.
+    pub arguments_bytes: Option<usize>,
     /// `allowed`, `denied`, `invalid`, `rate_limited` or `cancelled`.
     pub decision: &'static str,
     /// Why (a stable label).
@@ -74,6 +77,11 @@ pub struct AuditRecord {
 
 /// SHA-256 of the canonical form of `v` (object keys sorted, no insignificant whitespace).
 pub fn canonical_digest(v: &Value) -> String {
+    canonical_digest_and_len(v).0
+}
+
+/// [`canonical_digest`] and the length of the canonical form in bytes.
+pub fn canonical_digest_and_len(v: &Value) -> (String, usize) {
     fn write(v: &Value, out: &mut Vec<u8>) {
         match v {
             Value::Object(m) => {
@@ -113,7 +121,7 @@ pub fn canonical_digest(v: &Value) -> String {
     for b in d {
         s.push_str(&format!("{b:02x}"));
     }
-    s
+    (s, buf.len())
 }
 
 /// `v` with every value at `pointers` replaced by `"[REDACTED]"`.
@@ -199,12 +207,25 @@ impl Auditor {
 
     /// Queues a record; a full buffer drops it (counted) and marks the pipeline unhealthy.
     pub fn record(&self, rec: &AuditRecord) {
+        self.record_with(rec, true);
+    }
+
+    /// Queues a record of a request refused before authentication: dropped records are counted,
+    /// but cannot mark the pipeline unhealthy (an anonymous flood must not trip failClosed for
+    /// everyone else).
+    pub fn record_unauthenticated(&self, rec: &AuditRecord) {
+        self.record_with(rec, false);
+    }
+
+    fn record_with(&self, rec: &AuditRecord, counts_for_health: bool) {
         let Some(tx) = &self.tx else { return };
         let mut line = serde_json::to_vec(rec).unwrap_or_default();
         line.push(b'\n');
         if tx.try_send(Msg::Line(line)).is_err() {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
-            self.healthy.store(false, Ordering::Relaxed);
+            if counts_for_health {
+                self.healthy.store(false, Ordering::Relaxed);
+            }
         }
     }
 

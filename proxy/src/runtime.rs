@@ -29,8 +29,14 @@ pub enum CompileError {
 pub enum BodyPlan {
     /// No body.
     None,
-    /// Every argument except these (used by the path, query or headers).
-    AllExcept(HashSet<String>),
+    /// Every argument except `used` (taken by the path, query or headers), limited to the
+    /// declared properties when the schema does not explicitly admit others.
+    AllExcept {
+        /// Arguments already placed elsewhere.
+        used: HashSet<String>,
+        /// The declared properties, when only they may travel.
+        only: Option<HashSet<String>>,
+    },
     /// Exactly these arguments.
     Fields(Vec<String>),
 }
@@ -269,6 +275,11 @@ impl Runtime {
         })
     }
 
+    /// The position of tool `name` in `tools`.
+    pub fn tool_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
     /// The tool called `name`.
     pub fn tool(&self, name: &str) -> Option<&CompiledTool> {
         self.index.get(name).map(|&i| &self.tools[i])
@@ -298,7 +309,10 @@ fn compile_tool(t: &ToolConfig, default_timeout_ms: u64) -> Result<CompiledTool,
     }
     let body = match t.effective_body() {
         BodyMapping::Mode(BodyMode::None) => BodyPlan::None,
-        BodyMapping::Mode(BodyMode::All) => BodyPlan::AllExcept(used),
+        BodyMapping::Mode(BodyMode::All) => BodyPlan::AllExcept {
+            used,
+            only: declared_only(&t.input_schema),
+        },
         BodyMapping::Fields(f) => BodyPlan::Fields(f),
     };
     let pointers = |list: &[String]| -> Result<Vec<Pointer>, (&'static str, String)> {
@@ -351,6 +365,18 @@ fn compile_tool(t: &ToolConfig, default_timeout_ms: u64) -> Result<CompiledTool,
         listing,
         config: t.clone(),
     })
+}
+
+/// The declared properties, unless the schema explicitly admits undeclared ones
+/// (`additionalProperties` other than `false`, or `patternProperties`): an argument the schema
+/// never named does not reach the upstream just because the schema forgot to forbid it.
+fn declared_only(schema: &Value) -> Option<HashSet<String>> {
+    let props = schema.get("properties")?.as_object()?;
+    let explicit_extra = schema
+        .get("additionalProperties")
+        .is_some_and(|a| a != &Value::Bool(false))
+        || schema.get("patternProperties").is_some();
+    (!explicit_extra).then(|| props.keys().cloned().collect())
 }
 
 fn listing(t: &ToolConfig) -> Value {

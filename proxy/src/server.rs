@@ -75,7 +75,12 @@ impl Running {
         for t in self.tasks {
             let _ = t.await;
         }
-        // Every call has finished: write out the audit records still queued.
+        // Upstream calls outlive their connections; give them the same grace, then write out
+        // the audit records still queued.
+        let grace = Duration::from_secs(self.shared.runtime.load().config.server.shutdown_grace_seconds);
+        if !self.shared.in_flight.wait_idle(grace).await {
+            tracing::warn!("upstream calls still running after the grace period");
+        }
         if !self.shared.auditor.load().flush(Duration::from_secs(5)).await {
             tracing::warn!("some audit records could not be written before exit");
         }
@@ -93,6 +98,7 @@ async fn bind(addr: &str) -> Result<TcpListener, StartError> {
 pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, StartError> {
     let runtime = Runtime::compile(config, 1)?;
     let grace = Duration::from_secs(runtime.config.server.shutdown_grace_seconds);
+    let max_connections = runtime.config.server.max_connections;
     let mcp_listener = bind(&runtime.config.server.listen).await?;
     let admin_listener = bind(&runtime.config.server.admin_listen).await?;
     let mcp_addr = mcp_listener.local_addr().map_err(|source| StartError::Bind {
@@ -112,6 +118,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         mcp_listener,
         stop_rx.clone(),
         grace,
+        max_connections,
         move |req, peer| mcp::handle(s.clone(), req, peer),
     )));
     let s = shared.clone();
@@ -119,6 +126,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         admin_listener,
         stop_rx.clone(),
         grace,
+        64,
         move |req, _peer| admin::handle(s.clone(), req),
     )));
     tasks.push(tokio::spawn(sweep_sessions(shared.clone(), stop_rx.clone())));
@@ -158,8 +166,13 @@ async fn sweep_sessions(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn accept_loop<F, Fut>(listener: TcpListener, mut stop: watch::Receiver<bool>, grace: Duration, handler: F)
-where
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+    max_connections: usize,
+    handler: F,
+) where
     F: Fn(Request<Incoming>, std::net::SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
@@ -168,6 +181,9 @@ where
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30))
         .keep_alive(true);
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    let mut conns = tokio::task::JoinSet::new();
+    let mut refused_logged = false;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -179,15 +195,26 @@ where
                         continue;
                     }
                 };
+                while conns.try_join_next().is_some() {}
+                // A bounded number of open connections: past it, new ones are closed at once.
+                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                    if !refused_logged {
+                        tracing::warn!(max_connections, "connection limit reached; closing new connections");
+                        refused_logged = true;
+                    }
+                    drop(stream);
+                    continue;
+                };
+                refused_logged = false;
                 let _ = stream.set_nodelay(true);
                 let h = handler.clone();
                 let svc = service_fn(move |req| {
                     let h = h.clone();
                     async move { Ok::<_, std::convert::Infallible>(h(req, peer).await) }
                 });
-                let conn = http.serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
+                let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), svc));
+                conns.spawn(async move {
+                    let _permit = permit;
                     let _ = conn.await;
                 });
             }
@@ -197,6 +224,9 @@ where
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(grace) => tracing::warn!(grace_seconds = grace.as_secs(), "grace period over; closing remaining connections"),
+        _ = tokio::time::sleep(grace) => {
+            tracing::warn!(grace_seconds = grace.as_secs(), "grace period over; closing remaining connections");
+            conns.abort_all();
+        }
     }
 }

@@ -209,27 +209,98 @@ async fn read_only_mode_hides_write_tools_from_everyone() {
 }
 
 #[tokio::test]
-async fn a_role_too_low_gets_a_clear_forbidden_error() {
+async fn a_role_too_low_is_forbidden_only_for_tools_the_session_was_shown() {
     let s = setup("role", API_KEYS).await;
+    // A viewer never sees create_ticket: calling it answers like an unknown tool.
     let reader = s.session("reader-secret-key-1").await;
     assert!(!names(&reader.request("tools/list", json!({})).await).contains(&"create_ticket".to_string()));
-    let (env, is_error) = reader
-        .envelope("create_ticket", json!({"customerId": "42", "subject": "x"}))
+    let r = reader
+        .call("create_ticket", json!({"customerId": "42", "subject": "x"}))
         .await;
-    assert!(is_error);
-    assert_eq!(env["errors"][0]["code"], "forbidden");
-    assert!(
-        env["errors"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("needs `operator`"),
-        "{env}"
+    assert_eq!(
+        r["error"]["message"], "Unknown tool: `create_ticket`",
+        "no existence leak: {r}"
     );
+
+    // A key that listed tools as admin and was then lowered to viewer gets a clear refusal.
+    std::fs::write(
+        s.dir.join("credentials.yaml"),
+        format!("{CREDENTIALS}  - {{id: shifty, key: shifty-key-7, role: admin}}\n"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.raw(&[("x-api-key", "shifty-key-7")], INIT).await.0 != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the new key was never accepted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let shifty = s.session("shifty-key-7").await;
+    assert!(names(&shifty.request("tools/list", json!({})).await).contains(&"create_ticket".to_string()));
+    std::fs::write(
+        s.dir.join("credentials.yaml"),
+        format!("{CREDENTIALS}  - {{id: shifty, key: shifty-key-7, role: viewer}}\n"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (env, is_error) = shifty
+            .envelope("create_ticket", json!({"customerId": "42", "subject": "x"}))
+            .await;
+        if is_error && env["errors"][0]["code"] == "forbidden" {
+            assert!(
+                env["errors"][0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("needs `operator`"),
+                "{env}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lowered role never took effect: {env}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let admin = s.session("admin-secret-key-3").await;
     let (env, is_error) = admin
         .envelope("create_ticket", json!({"customerId": "42", "subject": "Router"}))
         .await;
     assert!(!is_error, "{env}");
+}
+
+#[tokio::test]
+async fn bearer_tokens_and_custom_header_sets_authenticate() {
+    let s = setup("bearer", &API_KEYS.replace("mode: apiKey", "mode: bearer")).await;
+    assert_eq!(
+        s.raw(&[("x-api-key", "admin-secret-key-3")], INIT).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let (status, headers, _) = s.raw(&[("authorization", "Bearer nope")], INIT).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(headers["www-authenticate"].to_str().unwrap().starts_with("Bearer"));
+    assert_eq!(
+        s.raw(&[("authorization", "Bearer admin-secret-key-3")], INIT).await.0,
+        StatusCode::OK
+    );
+
+    let policy = "  auth: {mode: customHeaders, customHeaders: [X-Tenant, X-Signature], credentialsFile: '{dir}/headers.yaml'}\n  audit: {enabled: false}\n";
+    let s = setup(
+        "headers",
+        &policy.replace("{dir}/headers.yaml", "{dir}/credentials.yaml"),
+    )
+    .await;
+    std::fs::write(
+        s.dir.join("credentials.yaml"),
+        "credentials:\n  - {id: partner, headers: {X-Tenant: acme, X-Signature: s3cr3t}}\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.raw(&[("x-tenant", "acme"), ("x-signature", "s3cr3t")], INIT).await.0 != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the header set was never accepted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        s.raw(&[("x-tenant", "acme"), ("x-signature", "wrong")], INIT).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(s.raw(&[("x-tenant", "acme")], INIT).await.0, StatusCode::UNAUTHORIZED);
 }
 
 #[tokio::test]
@@ -270,6 +341,78 @@ async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
     assert_eq!(
         s.raw(&[("x-forwarded-for", "1.1.1.1, 203.0.113.7")], INIT).await.0,
         StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn the_ip_throttle_runs_before_any_credential_check_and_audits_throttled_calls() {
+    let policy = API_KEYS.replace(
+        "  audit:",
+        "  rateLimit: {perIp: {requests: 2, windowSeconds: 60}}\n  audit:",
+    );
+    let s = setup("ip-first", &policy).await;
+    for _ in 0..2 {
+        assert_eq!(s.raw(&[("x-api-key", "wrong")], INIT).await.0, StatusCode::UNAUTHORIZED);
+    }
+    // Over the limit: 429, even with a bad key, a bad body, or a good key.
+    assert_eq!(
+        s.raw(&[("x-api-key", "wrong")], INIT).await.0,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(s.raw(&[], "{not json").await.0, StatusCode::TOO_MANY_REQUESTS);
+    let call = r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"get_customer","arguments":{"customerId":"42"}}}"#;
+    let (status, _, body) = s.raw(&[("x-api-key", "admin-secret-key-3")], call).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["id"], 5);
+    let records = s.audit(1).await;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(
+        (records[0]["decision"].as_str(), records[0]["reason"].as_str()),
+        (Some("rate_limited"), Some("ip"))
+    );
+    assert_eq!(
+        records[0]["arguments"],
+        Value::Null,
+        "nothing but the digest before authentication"
+    );
+    assert!(records[0]["argumentsDigest"].as_str().is_some());
+}
+
+#[tokio::test]
+async fn per_tool_limits_and_version_mismatches_are_refused() {
+    let s = setup(
+        "per-tool",
+        &format!("{API_KEYS}  rateLimit: {{perTool: {{echo_read: {{requests: 1, windowSeconds: 60}}}}}}\n"),
+    )
+    .await;
+    let admin = s.session("admin-secret-key-3").await;
+    assert!(admin.call("echo_read", json!({"id": "1"})).await["result"].is_object());
+    let (status, _, body) = admin
+        .post(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo_read", "arguments": {"id": "1"}}}))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["error"]["data"]["scope"],
+        "tool"
+    );
+    assert!(
+        admin.call("get_customer", json!({"customerId": "42"})).await["result"].is_object(),
+        "other tools are not limited"
+    );
+    let (status, _, _) = s
+        .raw(
+            &[
+                ("x-api-key", "admin-secret-key-3"),
+                ("mcp-session-id", &admin.id),
+                ("mcp-protocol-version", "2025-03-26"),
+            ],
+            r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "the header must match the negotiated version"
     );
 }
 

@@ -89,6 +89,10 @@ pub struct ServerConfig {
     /// Upper bound of live sessions; the longest-idle one is ended to make room.
     #[serde(default = "defaults::max_sessions")]
     pub max_sessions: usize,
+    /// Open client connections at most; further connections are closed at once. Changing it
+    /// needs a restart.
+    #[serde(default = "defaults::max_connections")]
+    pub max_connections: usize,
     /// Tools per `tools/list` page.
     #[serde(default = "defaults::page_size")]
     pub page_size: usize,
@@ -114,6 +118,7 @@ impl Default for ServerConfig {
             max_body_bytes: defaults::max_body_bytes(),
             session_ttl_seconds: defaults::session_ttl_seconds(),
             max_sessions: defaults::max_sessions(),
+            max_connections: defaults::max_connections(),
             page_size: defaults::page_size(),
             name: defaults::server_name(),
             instructions: None,
@@ -658,6 +663,10 @@ pub mod defaults {
     }
     /// 10,000 sessions.
     pub fn max_sessions() -> usize {
+        10_000
+    }
+    /// 10,000 connections.
+    pub fn max_connections() -> usize {
         10_000
     }
     /// 100 tools per page.

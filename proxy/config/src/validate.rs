@@ -298,6 +298,9 @@ impl ProxyConfig {
         if s.session_ttl_seconds == 0 {
             errs.push(ConfigError::new("server.sessionTtlSeconds", "must be at least 1"));
         }
+        if s.max_connections == 0 {
+            errs.push(ConfigError::new("server.maxConnections", "must be at least 1"));
+        }
         if s.max_sessions == 0 {
             errs.push(ConfigError::new("server.maxSessions", "must be at least 1"));
         }
@@ -398,6 +401,18 @@ fn validate_tool(tool: &ToolConfig, at: &str, errs: &mut Vec<ConfigError>) {
     let declared = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), errs);
     if let Some(out) = &tool.output_schema {
         check_schema(out, &format!("{at}.outputSchema"), errs);
+    }
+    if tool.effective_tier() == crate::Tier::Read
+        && (tool.http.method == crate::Method::Delete || tool.effective_safety() != crate::Safety::ReadOnly)
+    {
+        errs.push(ConfigError::new(
+            format!("{at}.tier"),
+            format!(
+                "a read-tier tool must be safe: {} with safety `{}` would be served in read-only mode; set `safety: read_only` for a read over POST, or `tier: write`",
+                tool.http.method.as_str(),
+                tool.effective_safety().as_str()
+            ),
+        ));
     }
     if let Some(role) = &tool.required_role {
         if role.trim().is_empty() {
@@ -687,6 +702,19 @@ mod tests {
     fn wrong_api_version_is_reported() {
         let e = parse_yaml("apiVersion: v1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://x:1'}\n").unwrap_err();
         assert!(e.errors[0].to_string().contains("toolgate.dev/v1alpha1"));
+    }
+
+    #[test]
+    fn a_read_tier_tool_must_be_safe() {
+        let e = errors("  - {name: t, tier: read, inputSchema: {type: object}, http: {method: DELETE, path: /x}}\n");
+        assert!(
+            e[0].contains("tools[0] (t).tier: a read-tier tool must be safe"),
+            "{e:?}"
+        );
+        let ok = parse_yaml(&format!(
+            "{BASE}tools:\n  - {{name: t, tier: read, safety: read_only, inputSchema: {{type: object}}, http: {{method: POST, path: /search}}}}\n"
+        ));
+        assert!(ok.is_ok(), "{ok:?}");
     }
 
     #[test]

@@ -23,15 +23,19 @@ pub struct CallAudit {
     rec: Option<AuditRecord>,
     auditor: Arc<Auditor>,
     started: Instant,
+    authenticated: bool,
 }
 
+/// Largest argument object copied into a record.
+const MAX_RECORDED_ARGUMENTS: usize = 16 * 1024;
+
 impl CallAudit {
+    /// Starts the record of a call with JSON-RPC `id`.
     pub fn new(auditor: Arc<Auditor>, id: &Value, params: Option<&Value>) -> Self {
         let tool = params
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
             .map(|s| s.chars().take(128).collect());
-        let args = params.and_then(|p| p.get("arguments"));
         let rec = AuditRecord {
             time: audit::now(),
             request_id: String::new(),
@@ -45,8 +49,9 @@ impl CallAudit {
             tool,
             tier: None,
             safety: None,
-            arguments_digest: args.map(audit::canonical_digest),
-            arguments: args.map(|a| audit::redacted(a, &auditor.redact)),
+            arguments_digest: None,
+            arguments: None,
+            arguments_bytes: None,
             decision: "cancelled",
             reason: "client_gone",
             status: None,
@@ -58,10 +63,32 @@ impl CallAudit {
             rec: Some(rec),
             auditor,
             started: Instant::now(),
+            authenticated: false,
         }
     }
 
-    pub(crate) fn set_ip(&mut self, ip: std::net::IpAddr) {
+    /// Records the digest and size of the arguments, and (for an authenticated caller) the
+    /// arguments themselves with the configured fields redacted.
+    pub fn set_arguments(&mut self, params: Option<&Value>, authenticated: bool) {
+        self.authenticated = authenticated;
+        let Some(r) = self.rec.as_mut() else { return };
+        let Some(args) = params.and_then(|p| p.get("arguments")) else {
+            return;
+        };
+        let (digest, bytes) = audit::canonical_digest_and_len(args);
+        r.arguments_digest = Some(digest);
+        r.arguments_bytes = Some(bytes);
+        r.arguments = authenticated.then(|| {
+            if bytes > MAX_RECORDED_ARGUMENTS {
+                json!({"omitted": "too_large", "bytes": bytes})
+            } else {
+                audit::redacted(args, &self.auditor.redact)
+            }
+        });
+    }
+
+    /// The client address.
+    pub fn set_ip(&mut self, ip: std::net::IpAddr) {
         if let Some(r) = self.rec.as_mut() {
             r.client_ip = ip.to_string();
         }
@@ -103,7 +130,15 @@ impl CallAudit {
             r.status = outcome.map(|o| o.status.as_str());
             r.upstream_status = outcome.and_then(|o| o.upstream_status);
             r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            self.auditor.record(&r);
+            self.send(&r);
+        }
+    }
+
+    fn send(&self, r: &AuditRecord) {
+        if self.authenticated {
+            self.auditor.record(r);
+        } else {
+            self.auditor.record_unauthenticated(r);
         }
     }
 }
@@ -112,7 +147,7 @@ impl Drop for CallAudit {
     fn drop(&mut self) {
         if let Some(mut r) = self.rec.take() {
             r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            self.auditor.record(&r);
+            self.send(&r);
         }
     }
 }
@@ -145,7 +180,7 @@ fn header_value(s: &str) -> Option<HeaderValue> {
 
 pub(crate) async fn tools_call(
     shared: &Shared,
-    rt: &Runtime,
+    rt: &Arc<Runtime>,
     session: &Session,
     caller: &Caller,
     id: &Value,
@@ -170,6 +205,13 @@ pub(crate) async fn tools_call(
         Ok(()) => {}
         // Hidden tools answer exactly like unknown ones: no existence leak.
         Err(d) if d.hides() => {
+            audit.finish("denied", d.reason(), None);
+            return unknown_tool(name);
+        }
+        // The role is too low. A tool this session was never shown is answered like an
+        // unknown one (no existence leak); one it was shown (its role was lowered since, or it
+        // listed tools under a higher role) gets a clear forbidden error.
+        Err(d) if !session.was_shown_rank(required_rank(rt, &tool.config)) => {
             audit.finish("denied", d.reason(), None);
             return unknown_tool(name);
         }
@@ -257,13 +299,36 @@ pub(crate) async fn tools_call(
             return invalid_arguments(tool, session, vec![problem], started);
         }
     };
-    let outcome = match rt.upstream.send(request, tool.timeout).await {
-        Ok(resp) => shape::response(tool, &resp),
-        Err(e) => {
-            tracing::warn!(tool = %name, rpc_id = %id, error = e.kind(), trace_id = %caller.trace.trace_id_hex(), "upstream call failed");
-            shape::call_error(&e)
-        }
+    // The upstream call runs in its own task: if the client goes away mid-call, the action still
+    // completes and its audit record says how it went (never "cancelled" for a call that ran).
+    let Some(index) = rt.tool_index(name) else {
+        return unknown_tool(name);
     };
+    let rt_call = Arc::clone(rt);
+    let guard = shared.in_flight.enter();
+    let trace_id = caller.trace.trace_id_hex();
+    let rpc_id = id.to_string();
+    let call = tokio::spawn(async move {
+        let _guard = guard;
+        let tool = &rt_call.tools[index];
+        let outcome = match rt_call.upstream.send(request, tool.timeout).await {
+            Ok(resp) => shape::response(tool, &resp),
+            Err(e) => {
+                tracing::warn!(tool = %tool.config.name, rpc_id = %rpc_id, error = e.kind(), trace_id = %trace_id, "upstream call failed");
+                shape::call_error(&e)
+            }
+        };
+        audit.finish("allowed", outcome_reason(&outcome), Some(&outcome));
+        outcome
+    });
+    let outcome = call.await.unwrap_or_else(|_| {
+        Outcome::failed(ErrorEntry::new(
+            "internal_error",
+            "The call failed inside the proxy",
+            "La llamada falló dentro del proxy",
+            true,
+        ))
+    });
     tracing::debug!(
         tool = %name,
         status = outcome.status.as_str(),
@@ -271,6 +336,14 @@ pub(crate) async fn tools_call(
         duration_ms = started.elapsed().as_millis() as u64,
         "tools/call"
     );
-    audit.finish("allowed", outcome_reason(&outcome), Some(&outcome));
     finish(tool, &outcome, started)
+}
+
+/// Rank of the role `tool` requires (0 when it requires none).
+fn required_rank(rt: &Runtime, tool: &toolgate_config::ToolConfig) -> usize {
+    let roles = &rt.config.policy.roles;
+    tool.required_role
+        .as_ref()
+        .and_then(|r| roles.iter().position(|x| x == r))
+        .unwrap_or(0)
 }

@@ -71,6 +71,48 @@ pub struct Shared {
     pub limiters: Limiters,
     /// The audit pipeline (replaced when the audit settings change).
     pub auditor: ArcSwap<Auditor>,
+    /// Upstream calls in flight (they outlive a client that goes away).
+    pub in_flight: Arc<InFlight>,
+}
+
+/// A count of running upstream calls, waited for on shutdown.
+#[derive(Default)]
+pub struct InFlight {
+    count: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+/// Held while an upstream call runs.
+pub struct InFlightGuard(Arc<InFlight>);
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+impl InFlight {
+    /// Counts one call until the returned guard drops.
+    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(Arc::clone(self))
+    }
+
+    /// Waits until no call is in flight, or `timeout`; whether it got there.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.idle.notified();
+            if self.count.load(Ordering::SeqCst) == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.count.load(Ordering::SeqCst) == 0;
+            }
+        }
+    }
 }
 
 /// The three limiters.
@@ -98,6 +140,7 @@ impl Shared {
                 tool: Limiter::new(max),
             },
             auditor: ArcSwap::from_pointee(auditor),
+            in_flight: Arc::default(),
         }
     }
 
@@ -351,28 +394,38 @@ fn rate_limited(id: Option<&Value>, scope: &str, retry: Duration) -> Response<Bo
     r
 }
 
-/// Client IP, pre-auth throttle, credentials in the query, authentication.
-async fn gate(
-    shared: &Shared,
-    rt: &Runtime,
-    parts: &http::request::Parts,
-    peer: SocketAddr,
-    id: Option<&Value>,
-) -> Result<Caller, Refusal> {
+/// The address the per-IP limiter counts: IPv4 as is, IPv6 by its /64 (one host usually has a
+/// whole /64, so counting single addresses would be no limit at all).
+fn limiter_key(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or_else(|| v6.to_string(), |v4| v4.to_string()),
+        v4 => v4.to_string(),
+    }
+}
+
+/// The client's address (trusted proxies decide) for a request from `peer`.
+fn client_ip(rt: &Runtime, parts: &http::request::Parts, peer: SocketAddr) -> std::net::IpAddr {
     let forwarded = parts
         .headers
         .get_all("x-forwarded-for")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .collect::<Vec<_>>();
-    let ip = clientip::client_ip(peer.ip(), forwarded.into_iter(), &rt.trusted_proxies);
-    if let Err(retry) = shared.limiters.ip.check(&ip.to_string(), rt.limits.per_ip) {
-        return Err(Refusal {
-            response: rate_limited(id, "ip", retry),
-            decision: "rate_limited",
-            reason: "ip",
-        });
-    }
+    clientip::client_ip(peer.ip(), forwarded.into_iter(), &rt.trusted_proxies)
+}
+
+/// Credentials in the query, then authentication (the per-IP throttle already ran).
+async fn gate(
+    rt: &Runtime,
+    parts: &http::request::Parts,
+    peer: SocketAddr,
+    ip: std::net::IpAddr,
+    id: Option<&Value>,
+) -> Result<Caller, Refusal> {
     if parts.uri.query().is_some_and(crate::policy::auth::credential_in_query) {
         return Err(Refusal {
             response: rpc_error(
@@ -427,6 +480,11 @@ async fn gate(
     })
 }
 
+/// How long a request body may take to arrive.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Throttled requests up to this size are still read, so a throttled `tools/call` is audited.
+const THROTTLED_PEEK_BYTES: u64 = 16 * 1024;
+
 async fn delete(
     shared: &Shared,
     rt: &Runtime,
@@ -434,7 +492,11 @@ async fn delete(
     peer: SocketAddr,
 ) -> Response<Body> {
     let (parts, _) = req.into_parts();
-    let caller = match gate(shared, rt, &parts, peer, None).await {
+    let ip = client_ip(rt, &parts, peer);
+    if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
+        return rate_limited(None, "ip", retry);
+    }
+    let caller = match gate(rt, &parts, peer, ip, None).await {
         Ok(c) => c,
         Err(r) => return r.response,
     };
@@ -462,10 +524,91 @@ async fn delete(
     }
 }
 
-async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
+/// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`].
+async fn read_body(body: hyper::body::Incoming, limit: u64) -> Result<Bytes, Response<Body>> {
+    let collect = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
+    match tokio::time::timeout(BODY_TIMEOUT, collect).await {
+        Err(_) => Err(rpc_error(
+            StatusCode::REQUEST_TIMEOUT,
+            None,
+            code::INVALID_REQUEST,
+            format!(
+                "Request Timeout: the body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+            None,
+        )),
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            code::INVALID_REQUEST,
+            format!("Payload Too Large: the limit is {limit} bytes"),
+            None,
+        )),
+        Ok(Err(_)) => Err(rpc_error(
+            StatusCode::BAD_REQUEST,
+            None,
+            code::PARSE_ERROR,
+            "Parse error: the request body could not be read",
+            None,
+        )),
+    }
+}
+
+/// A request over the per-IP limit: refused before any credential is looked at. A small body is
+/// still read so that a throttled `tools/call` leaves its audit record.
+async fn throttled(
+    shared: &Shared,
+    parts: &http::request::Parts,
+    body: hyper::body::Incoming,
+    ip: std::net::IpAddr,
+    retry: Duration,
+) -> Response<Body> {
+    let small = header_str(&parts.headers, CONTENT_LENGTH.as_str())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n <= THROTTLED_PEEK_BYTES);
+    let mut id = None;
+    if small {
+        if let Ok(Ok(b)) = tokio::time::timeout(
+            Duration::from_secs(2),
+            Limited::new(body, THROTTLED_PEEK_BYTES as usize).collect(),
+        )
+        .await
+        {
+            if let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(&b.to_bytes()) {
+                if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+                    let mut a = CallAudit::new(
+                        shared.auditor.load_full(),
+                        msg.get("id").unwrap_or(&Value::Null),
+                        msg.get("params"),
+                    );
+                    a.set_ip(ip);
+                    a.set_arguments(msg.get("params"), false);
+                    a.finish("rate_limited", "ip", None);
+                }
+                id = msg.get("id").filter(|i| i.is_string() || i.is_number()).cloned();
+            }
+        }
+    }
+    rate_limited(id.as_ref(), "ip", retry)
+}
+
+async fn post(
+    shared: &Shared,
+    rt: &Arc<Runtime>,
+    req: Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+) -> Response<Body> {
     let server = &rt.config.server;
     let (parts, body) = req.into_parts();
     let headers = &parts.headers;
+    // The pre-auth throttle comes first: nothing else (not even reading the body) is done for a
+    // client over its limit.
+    let ip = client_ip(rt, &parts, peer);
+    if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
+        return throttled(shared, &parts, body, ip, retry).await;
+    }
     let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
     if !ct.to_ascii_lowercase().starts_with("application/json") {
         return rpc_error(
@@ -488,51 +631,44 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
             );
         }
     }
-    if let Some(v) = headers.get(VERSION_HEADER) {
-        if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::INVALID_REQUEST,
-                format!(
-                    "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
-                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
-                ),
-                None,
-            );
-        }
-    }
+    let header_version = match headers.get(VERSION_HEADER) {
+        None => None,
+        Some(v) => match v
+            .to_str()
+            .ok()
+            .and_then(|v| SUPPORTED_PROTOCOL_VERSIONS.iter().copied().find(|s| *s == v))
+        {
+            Some(v) => Some(v),
+            None => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    code::INVALID_REQUEST,
+                    format!(
+                        "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
+                        SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                    ),
+                    None,
+                )
+            }
+        },
+    };
     let limit = server.max_body_bytes;
-    let too_large = || {
-        rpc_error(
+    if header_str(headers, CONTENT_LENGTH.as_str())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > limit)
+    {
+        return rpc_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             None,
             code::INVALID_REQUEST,
             format!("Payload Too Large: the limit is {limit} bytes"),
             None,
-        )
-    };
-    if header_str(headers, CONTENT_LENGTH.as_str())
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|n| n > limit)
-    {
-        return too_large();
+        );
     }
-    let body = match Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX))
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => return too_large(),
-        Err(_) => {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::PARSE_ERROR,
-                "Parse error: the request body could not be read",
-                None,
-            )
-        }
+    let body = match read_body(body, limit).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
     };
     let msg: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -555,28 +691,44 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
         return rpc_error(StatusCode::BAD_REQUEST, None, code::INVALID_REQUEST, message, None);
     };
     let id = msg.get("id");
+    let params = msg.get("params");
+    // From here on a tools/call leaves exactly one audit record, whatever happens.
+    let mut audit = (msg.get("method").and_then(Value::as_str) == Some("tools/call"))
+        .then(|| CallAudit::new(shared.auditor.load_full(), id.unwrap_or(&Value::Null), params));
+    if let Some(a) = audit.as_mut() {
+        a.set_ip(ip);
+    }
+    let refuse = |audit: Option<CallAudit>, reason: &'static str, resp: Response<Body>| {
+        if let Some(mut a) = audit {
+            a.set_arguments(params, false);
+            a.finish("invalid", reason, None);
+        }
+        resp
+    };
     let valid_id = matches!(id, None | Some(Value::String(_)) | Some(Value::Number(_)));
     let reply_id = id.filter(|_| valid_id);
     if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::BAD_REQUEST,
             reply_id,
             code::INVALID_REQUEST,
             "Invalid Request: `jsonrpc` must be \"2.0\"",
             None,
         );
+        return refuse(audit, "invalid_request", r);
     }
     if !valid_id {
-        return rpc_error(
+        let r = rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             code::INVALID_REQUEST,
             "Invalid Request: `id` must be a string or a number",
             None,
         );
+        return refuse(audit, "invalid_request", r);
     }
     let method = match msg.get("method") {
-        Some(Value::String(m)) => m.as_str(),
+        Some(Value::String(m)) => Some(m.as_str()),
         Some(_) => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -586,7 +738,7 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
                 None,
             )
         }
-        None if msg.contains_key("result") || msg.contains_key("error") => return empty(StatusCode::ACCEPTED),
+        None if msg.contains_key("result") || msg.contains_key("error") => None,
         None => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -597,28 +749,12 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
             )
         }
     };
-    let params = msg.get("params");
 
-    // From here on a tools/call leaves exactly one audit record, whatever happens.
-    let mut audit = match (method, id) {
-        ("tools/call", Some(id)) => Some(CallAudit::new(shared.auditor.load_full(), id, params)),
-        _ => None,
-    };
-    let caller = match gate(shared, rt, &parts, peer, reply_id).await {
+    let caller = match gate(rt, &parts, peer, ip, reply_id).await {
         Ok(c) => c,
         Err(r) => {
             if let Some(mut a) = audit {
-                let forwarded = parts
-                    .headers
-                    .get_all("x-forwarded-for")
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .collect::<Vec<_>>();
-                a.set_ip(clientip::client_ip(
-                    peer.ip(),
-                    forwarded.into_iter(),
-                    &rt.trusted_proxies,
-                ));
+                a.set_arguments(params, false);
                 a.finish(r.decision, r.reason, None);
             }
             return r.response;
@@ -626,20 +762,20 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
     };
     if let Some(a) = audit.as_mut() {
         a.set_caller(&caller);
+        a.set_arguments(params, true);
     }
     if params.is_some_and(|p| !p.is_object() && !p.is_null()) {
-        if let Some(a) = audit {
-            a.finish("invalid", "invalid_params", None);
-        }
         return match id {
-            Some(id) => {
-                Reply::error(code::INVALID_PARAMS, "Invalid params: `params` must be an object").into_response(id)
-            }
+            Some(id) => refuse(
+                audit,
+                "invalid_params",
+                Reply::error(code::INVALID_PARAMS, "Invalid params: `params` must be an object").into_response(id),
+            ),
             None => empty(StatusCode::ACCEPTED),
         };
     }
 
-    if method == "initialize" {
+    if method == Some("initialize") {
         let Some(id) = id else {
             return empty(StatusCode::ACCEPTED);
         };
@@ -669,22 +805,33 @@ async fn post(shared: &Shared, rt: &Runtime, req: Request<hyper::body::Incoming>
     let session = match session {
         Ok(s) => s,
         Err((status, code, message, reason)) => {
-            if let Some(a) = audit {
-                a.finish("invalid", reason, None);
-            }
-            return rpc_error(status, reply_id, code, message, None);
+            return refuse(audit, reason, rpc_error(status, reply_id, code, message, None))
         }
     };
+    if header_version.is_some_and(|v| v != session.version) {
+        let r = rpc_error(
+            StatusCode::BAD_REQUEST,
+            reply_id,
+            code::INVALID_REQUEST,
+            format!(
+                "Bad Request: MCP-Protocol-Version differs from the version negotiated for this session ({})",
+                session.version
+            ),
+            None,
+        );
+        return refuse(audit, "version_mismatch", r);
+    }
 
-    let Some(id) = id else {
-        if method == "notifications/initialized" {
+    // Responses and notifications: accepted, nothing to answer.
+    let (Some(method), Some(id)) = (method, id) else {
+        if method == Some("notifications/initialized") {
             session.initialized.store(true, Ordering::Relaxed);
         }
         return empty(StatusCode::ACCEPTED);
     };
     let reply = match method {
         "ping" => Reply::Result(json!({})),
-        "tools/list" => tools_list(rt, &caller.identity, params),
+        "tools/list" => tools_list(rt, &session, &caller.identity, params),
         "tools/call" => match audit {
             Some(mut a) => {
                 a.set_session(&session);
@@ -745,7 +892,8 @@ fn visible<'a>(rt: &'a Runtime, who: &'a Identity) -> impl Iterator<Item = &'a C
         .filter(move |t| crate::policy::authorize(p.read_only, &p.roles, who, &t.config, t.tier).is_ok())
 }
 
-fn tools_list(rt: &Runtime, who: &Identity, params: Option<&Value>) -> Reply {
+fn tools_list(rt: &Runtime, session: &Session, who: &Identity, params: Option<&Value>) -> Reply {
+    session.saw_tools_at_rank(who.rank);
     let page = rt.config.server.page_size;
     let tools: Vec<&CompiledTool> = visible(rt, who).collect();
     let start = match params.and_then(|p| p.get("cursor")) {

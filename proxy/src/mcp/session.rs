@@ -2,7 +2,7 @@
 //! `DELETE`, by idling past the TTL, or to make room when the table is full.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,8 @@ pub struct Session {
     pub subject: String,
     /// `notifications/initialized` arrived.
     pub initialized: AtomicBool,
+    /// The highest role rank at which this session was shown `tools/list` (plus one; 0: never).
+    listed_rank: AtomicUsize,
     last_seen_ms: AtomicU64,
 }
 
@@ -51,6 +53,18 @@ pub fn new_id() -> String {
     s
 }
 
+impl Session {
+    /// Records that the session was shown the tools visible at role `rank`.
+    pub fn saw_tools_at_rank(&self, rank: usize) {
+        self.listed_rank.fetch_max(rank + 1, Ordering::Relaxed);
+    }
+
+    /// Whether the session was shown the tools a caller of role `rank` sees.
+    pub fn was_shown_rank(&self, rank: usize) -> bool {
+        self.listed_rank.load(Ordering::Relaxed) > rank
+    }
+}
+
 impl Sessions {
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -75,6 +89,7 @@ impl Sessions {
             client_version,
             subject,
             initialized: AtomicBool::new(false),
+            listed_rank: AtomicUsize::new(0),
             last_seen_ms: AtomicU64::new(now),
         });
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());

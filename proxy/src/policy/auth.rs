@@ -29,7 +29,7 @@ pub enum AuthError {
     #[error("the credential has expired")]
     Expired,
     /// A JWT was refused.
-    #[error("{0}")]
+    #[error("{}", .0.message)]
     Token(TokenError),
     /// The token is valid but grants no role here.
     #[error("the token's scopes grant no role on this server")]
@@ -56,6 +56,23 @@ impl AuthError {
             },
             AuthError::InsufficientScope => "insufficient_scope",
             AuthError::KeysUnavailable => "keys_unavailable",
+        }
+    }
+
+    /// A fixed description per reason (never text taken from the request).
+    pub fn description(&self) -> &'static str {
+        match self.reason() {
+            "missing_credentials" => "authentication required",
+            "expired_credentials" => "the credential has expired",
+            "expired_token" => "the token has expired",
+            "wrong_audience" => "the token is not meant for this resource",
+            "wrong_issuer" => "the token was issued by another issuer",
+            "bad_algorithm" => "the token's algorithm is not accepted",
+            "bad_signature" => "the token's signature does not verify",
+            "insufficient_scope" => "the token's scopes grant no role here",
+            "keys_unavailable" => "the issuer's keys are unavailable",
+            "invalid_credentials" => "invalid credential",
+            _ => "the token is invalid",
         }
     }
 
@@ -280,12 +297,16 @@ impl Authenticator {
                     }
                     e => format!(
                         "Bearer resource_metadata=\"{url}\", error=\"invalid_token\", error_description=\"{}\"",
-                        e.to_string().replace('"', "'")
+                        e.description()
                     ),
                 }
             }
         };
-        HeaderValue::from_str(&text).ok()
+        // Nothing the client sent is echoed, so this parses; the bare challenge is the fallback.
+        HeaderValue::from_str(&text).ok().or_else(|| match &self.oauth {
+            Some(o) => HeaderValue::from_str(&format!("Bearer resource_metadata=\"{}\"", o.metadata_url)).ok(),
+            None => Some(HeaderValue::from_static("Bearer")),
+        })
     }
 
     /// The RFC 9728 protected resource metadata and the paths it is served at, in oauth mode.
@@ -330,8 +351,13 @@ pub fn credential_in_query(query: &str) -> bool {
     })
 }
 
-/// The cached keys and when they were last fetched.
-type JwksState = (Option<Arc<Vec<Jwk>>>, Option<Instant>);
+/// The cached keys, when they were fetched, and when a fetch last failed.
+#[derive(Default)]
+struct JwksState {
+    keys: Option<Arc<Vec<Jwk>>>,
+    fetched: Option<Instant>,
+    failed: Option<Instant>,
+}
 
 /// A JWKS fetched from a URL, cached, refreshed when stale or when a token names an unknown key
 /// (at most once per 30 s).
@@ -361,7 +387,7 @@ impl RemoteJwks {
             url: uri,
             refresh,
             client,
-            state: tokio::sync::Mutex::new((None, None)),
+            state: tokio::sync::Mutex::new(JwksState::default()),
         })
     }
 
@@ -388,20 +414,28 @@ impl RemoteJwks {
     /// min(30 s, refresh interval) ago.
     pub async fn keys(&self, force: bool) -> Option<Arc<Vec<Jwk>>> {
         let mut state = self.state.lock().await;
-        let age = state.1.map(|t| t.elapsed());
+        let age = state.fetched.map(|t| t.elapsed());
         let stale = match age {
             None => true,
             Some(a) if force => a >= self.refresh.min(Duration::from_secs(30)),
             Some(a) => a >= self.refresh,
         };
-        if stale {
-            state.1 = Some(Instant::now());
+        // After a failed fetch, wait 5 s before the next attempt (whatever asked for it).
+        let backing_off = state.failed.is_some_and(|t| t.elapsed() < Duration::from_secs(5));
+        if stale && !backing_off {
             match self.fetch().await {
-                Ok(keys) => state.0 = Some(Arc::new(keys)),
-                Err(e) => tracing::warn!(url = %self.url, error = %e, "JWKS fetch failed; keeping the previous keys"),
+                Ok(keys) => {
+                    state.keys = Some(Arc::new(keys));
+                    state.fetched = Some(Instant::now());
+                    state.failed = None;
+                }
+                Err(e) => {
+                    state.failed = Some(Instant::now());
+                    tracing::warn!(url = %self.url, error = %e, "JWKS fetch failed; keeping the previous keys, retrying in 5 s");
+                }
             }
         }
-        state.0.clone()
+        state.keys.clone()
     }
 }
 

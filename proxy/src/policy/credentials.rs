@@ -203,8 +203,18 @@ impl Credentials {
     }
 }
 
+/// Deserializes the document, reporting where a problem is but never the offending value (it
+/// may be a key).
 fn serde_path_to_error_free(value: serde_json::Value) -> Result<FileDoc, Vec<String>> {
-    serde_json::from_value(value).map_err(|e| vec![format!("credentials file: {e}")])
+    serde_path_to_error::deserialize::<_, FileDoc>(value).map_err(|e| {
+        let inner = e.inner().to_string();
+        let what = if inner.starts_with("unknown field") || inner.starts_with("missing field") {
+            inner.split(", expected").next().unwrap_or("").to_string()
+        } else {
+            "has the wrong type or shape".to_string()
+        };
+        vec![format!("credentials file: `{}` {what}", e.path())]
+    })
 }
 
 #[cfg(test)]
@@ -241,6 +251,13 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.len(), 4, "{e:?}");
         assert!(e[0].contains("`root` is not one of policy.roles"));
+    }
+
+    #[test]
+    fn errors_never_echo_a_secret() {
+        let e = Credentials::parse("credentials:\n  - {id: a, key: 123456789}\n", &roles(), &[]).unwrap_err();
+        assert!(!e[0].contains("123456789"), "{e:?}");
+        assert!(e[0].contains("credentials[0].key"), "{e:?}");
     }
 
     #[test]

@@ -146,9 +146,9 @@ pub fn build(
     }
     let body = match &tool.body {
         BodyPlan::None => None,
-        BodyPlan::AllExcept(used) => Some(Value::Object(
+        BodyPlan::AllExcept { used, only } => Some(Value::Object(
             args.iter()
-                .filter(|(k, _)| !used.contains(*k))
+                .filter(|(k, _)| !used.contains(*k) && only.as_ref().is_none_or(|o| o.contains(*k)))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         )),
@@ -267,6 +267,32 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("trace"));
         assert!(e.message.contains("line breaks"));
+    }
+
+    #[test]
+    fn undeclared_arguments_do_not_reach_the_body_unless_the_schema_admits_them() {
+        let rt = runtime(
+            "{method: POST, path: '/c/{id}'}",
+            "{id: {type: string}, a: {type: string}}",
+        );
+        let req = build(
+            rt.tool("t").unwrap(),
+            &args(json!({"id": "1", "a": "x", "role": "admin"})),
+            &rt.upstream,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(futures_body(req), json!({"a": "x"}));
+        let text = "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:9'}\ntools:\n  - name: t\n    inputSchema: {type: object, additionalProperties: true, properties: {a: {type: string}}}\n    http: {method: POST, path: /x}\n";
+        let rt = Runtime::compile(parse_yaml(text).unwrap(), 1).unwrap();
+        let req = build(
+            rt.tool("t").unwrap(),
+            &args(json!({"a": "x", "extra": 1})),
+            &rt.upstream,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(futures_body(req), json!({"a": "x", "extra": 1}));
     }
 
     #[test]

@@ -274,9 +274,16 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
     }
 
     // Not ok: explain, and keep a (redacted) 4xx JSON body as data: it carries candidates for a
-    // confirmation or the service's own validation details. 5xx bodies are internals: dropped.
-    if (400..500).contains(&code) {
-        if let Ok(mut body) = parse_body(resp) {
+    // confirmation or the service's own validation details. A 2xx the tool maps to a non-ok
+    // status keeps its (picked, redacted) body too. 5xx bodies are internals: dropped.
+    let success_class = (200..300).contains(&code);
+    if success_class || (400..500).contains(&code) {
+        if let Ok(body) = parse_body(resp) {
+            let mut body = if success_class && !tool.pick.is_empty() {
+                pick(&body, &tool.pick)
+            } else {
+                body
+            };
             if body.as_object().is_some_and(|o| !o.is_empty()) {
                 for p in &tool.redact {
                     redact(&mut body, &p.tokens);
@@ -285,20 +292,31 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
             }
         }
     }
-    let code_str = m.and_then(|m| m.code.clone()).unwrap_or_else(|| d.code.to_string());
-    let message = m
-        .and_then(|m| m.message.clone())
-        .unwrap_or_else(|| format!("{} (HTTP {code})", d.message));
-    let message_es = m
-        .and_then(|m| m.message_es.clone())
-        .unwrap_or_else(|| format!("{} (HTTP {code})", d.message_es));
-    let retryable = m.and_then(|m| m.retryable).unwrap_or(d.retryable);
+    let (default_code, default_message, default_message_es) = if success_class {
+        (
+            status.as_str().to_string(),
+            format!(
+                "The service answered HTTP {code}; this tool reports that as {}",
+                status.as_str()
+            ),
+            format!(
+                "El servicio respondió HTTP {code}; esta herramienta lo reporta como {}",
+                status.as_str()
+            ),
+        )
+    } else {
+        (
+            d.code.to_string(),
+            format!("{} (HTTP {code})", d.message),
+            format!("{} (HTTP {code})", d.message_es),
+        )
+    };
     outcome.errors.push(ErrorEntry {
-        code: code_str,
-        message,
-        message_es,
+        code: m.and_then(|m| m.code.clone()).unwrap_or(default_code),
+        message: m.and_then(|m| m.message.clone()).unwrap_or(default_message),
+        message_es: m.and_then(|m| m.message_es.clone()).unwrap_or(default_message_es),
         field: None,
-        retryable,
+        retryable: m.and_then(|m| m.retryable).unwrap_or(d.retryable),
     });
     outcome
 }
@@ -511,6 +529,16 @@ mod tests {
             (other.status, other.next_question.as_deref()),
             (BusinessStatus::NeedsMoreInfo, Some("Which one?"))
         );
+    }
+
+    #[test]
+    fn a_2xx_mapped_to_a_pending_status_keeps_its_body_and_says_why() {
+        let rt = runtime("{statuses: {'200': {status: pending_confirmation, nextQuestion: Which one?}}}");
+        let o = response(rt.tool("t").unwrap(), &resp(200, r#"{"candidates":[{"id":"1"}]}"#));
+        assert_eq!(o.status, BusinessStatus::PendingConfirmation);
+        assert_eq!(o.data, Some(json!({"candidates": [{"id": "1"}]})));
+        assert_eq!(o.errors[0].code, "pending_confirmation");
+        assert!(o.errors[0].message.contains("HTTP 200"));
     }
 
     #[test]
