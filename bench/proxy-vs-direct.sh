@@ -127,6 +127,8 @@ if "Requests/sec" not in text:
     sys.exit(f"wrk failed for {name} at concurrency {c}:\n{text}")
 def us(v):
     m = re.match(r"([\d.]+)(us|ms|s|m)$", v)
+    if m is None:
+        sys.exit(f"cannot read latency {v!r} from wrk's output for {name} at concurrency {c}:\n{text}")
     n, u = float(m.group(1)), m.group(2)
     return n * {"us": 1, "ms": 1e3, "s": 1e6, "m": 6e7}[u]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))

@@ -10,8 +10,7 @@ use std::time::SystemTime;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
-use tokio::sync::mpsc;
+use std::sync::mpsc;
 use toolgate_config::pointer::Pointer;
 use toolgate_config::{AuditConfig, AuditSink, FailurePolicy};
 
@@ -167,7 +166,7 @@ pub struct AuditStats {
 
 /// The audit pipeline of one audit configuration.
 pub struct Auditor {
-    tx: Option<mpsc::Sender<Msg>>,
+    tx: Option<mpsc::SyncSender<Msg>>,
     /// Counters.
     pub stats: Arc<AuditStats>,
     healthy: Arc<AtomicBool>,
@@ -189,8 +188,21 @@ impl Auditor {
             .filter_map(|p| Pointer::parse(p).ok())
             .collect();
         let tx = if cfg.enabled {
-            let (tx, rx) = mpsc::channel(cfg.buffer_size.max(1));
-            tokio::spawn(writer(rx, cfg.sink, cfg.path.clone(), stats.clone(), healthy.clone()));
+            let (tx, rx) = mpsc::sync_channel(cfg.buffer_size.max(1));
+            let sink = Sink {
+                kind: cfg.sink,
+                path: cfg.path.clone().unwrap_or_default(),
+                file: None,
+            };
+            let (stats, healthy) = (stats.clone(), healthy.clone());
+            // A plain thread with blocking writes: cheaper per record than async file I/O, and
+            // it never competes with request handling for the runtime's workers.
+            let spawned = std::thread::Builder::new()
+                .name("toolgate-audit".into())
+                .spawn(move || writer(&rx, sink, &stats, &healthy));
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start the audit writer");
+            }
             Some(tx)
         } else {
             None
@@ -232,10 +244,12 @@ impl Auditor {
     /// Waits (up to `timeout`) until every record queued so far has been written: on shutdown,
     /// after the last call finished, so no record is lost to the exit.
     pub async fn flush(&self, timeout: std::time::Duration) -> bool {
-        let Some(tx) = &self.tx else { return true };
+        let Some(tx) = self.tx.clone() else { return true };
         let (done, wait) = tokio::sync::oneshot::channel();
-        let sent = tokio::time::timeout(timeout, tx.send(Msg::Flush(done))).await;
-        matches!(sent, Ok(Ok(()))) && tokio::time::timeout(timeout, wait).await.is_ok_and(|r| r.is_ok())
+        // `send` blocks while the buffer is full: keep it off the runtime's workers.
+        let sent = tokio::task::spawn_blocking(move || tx.send(Msg::Flush(done)).is_ok());
+        matches!(tokio::time::timeout(timeout, sent).await, Ok(Ok(true)))
+            && tokio::time::timeout(timeout, wait).await.is_ok_and(|r| r.is_ok())
     }
 
     /// Whether write-tier calls must be refused now (failClosed and records are being lost).
@@ -257,73 +271,63 @@ enum Msg {
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
-async fn writer(
-    mut rx: mpsc::Receiver<Msg>,
-    sink: AuditSink,
-    path: Option<String>,
-    stats: Arc<AuditStats>,
-    healthy: Arc<AtomicBool>,
-) {
-    let mut out = Sink {
-        kind: sink,
-        path: path.unwrap_or_default(),
-        file: None,
-    };
-    let mut batch: Vec<Msg> = Vec::with_capacity(256);
-    while rx.recv_many(&mut batch, 256).await > 0 {
-        let mut bytes = Vec::new();
+fn writer(rx: &mpsc::Receiver<Msg>, mut out: Sink, stats: &AuditStats, healthy: &AtomicBool) {
+    let mut bytes = Vec::with_capacity(64 * 1024);
+    while let Ok(first) = rx.recv() {
+        // Let a few milliseconds of records gather: one wake-up and one write for all of them,
+        // instead of one per call (records are at most this much later on disk).
+        if !matches!(first, Msg::Flush(_)) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         let mut n = 0u64;
-        for msg in batch.drain(..) {
+        let mut next = Some(first);
+        // Everything already queued goes out in one write.
+        while let Some(msg) = next.take().or_else(|| if n < 1024 { rx.try_recv().ok() } else { None }) {
             match msg {
                 Msg::Line(line) => {
-                    bytes.extend(line);
+                    bytes.extend_from_slice(&line);
                     n += 1;
                 }
                 Msg::Flush(done) => {
-                    out.write(std::mem::take(&mut bytes), std::mem::take(&mut n), &stats, &healthy)
-                        .await;
+                    out.write(&bytes, n, stats, healthy);
+                    bytes.clear();
+                    n = 0;
                     let _ = done.send(());
                 }
             }
         }
-        out.write(bytes, n, &stats, &healthy).await;
+        out.write(&bytes, n, stats, healthy);
+        bytes.clear();
     }
 }
 
 struct Sink {
     kind: AuditSink,
     path: String,
-    file: Option<tokio::fs::File>,
+    file: Option<std::fs::File>,
 }
 
 impl Sink {
-    async fn write(&mut self, bytes: Vec<u8>, n: u64, stats: &AuditStats, healthy: &AtomicBool) {
+    fn write(&mut self, bytes: &[u8], n: u64, stats: &AuditStats, healthy: &AtomicBool) {
         if n == 0 {
             return;
         }
         let result = match self.kind {
-            AuditSink::Stdout => tokio::task::spawn_blocking(move || {
+            AuditSink::Stdout => {
                 let mut out = std::io::stdout().lock();
-                out.write_all(&bytes).and_then(|()| out.flush())
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+                out.write_all(bytes).and_then(|()| out.flush())
+            }
             AuditSink::File => {
                 if self.file.is_none() {
-                    self.file = tokio::fs::OpenOptions::new()
+                    self.file = std::fs::OpenOptions::new()
                         .create(true)
                         .append(true)
                         .open(&self.path)
-                        .await
                         .ok();
                 }
                 match self.file.as_mut() {
                     Some(f) => {
-                        let r = async {
-                            f.write_all(&bytes).await?;
-                            f.flush().await
-                        }
-                        .await;
+                        let r = f.write_all(bytes);
                         if r.is_err() {
                             self.file = None;
                         }
