@@ -51,7 +51,7 @@ check "the Deployment is stored" bash -c "kubectl -n smoke get deployment web -o
 
 check "create ServiceAccount bot" k -n smoke create serviceaccount bot
 token=$(k -n smoke create token bot --duration=1h)
-[[ $token == *.*.* ]] && ok "TokenRequest returned a JWT" || bad "TokenRequest: $token"
+if [[ $token == *.*.* ]]; then ok "TokenRequest returned a JWT"; else bad "TokenRequest: $token"; fi
 check "the token authenticates as system:serviceaccount:smoke:bot" bash -c \
   "kubectl auth whoami --token='$token' -o jsonpath='{.status.userInfo.username}' | grep -qx system:serviceaccount:smoke:bot"
 refuse "RBAC denies the token listing secrets (auth can-i)" '^no' \
@@ -119,9 +119,13 @@ check "the field has the new value" bash -c \
 
 old_pid=$APISERVER_PID
 check "restart-apiserver" "$cp" restart-apiserver "$dir"
+# shellcheck disable=SC1091
 . "$dir/env"
-[[ $APISERVER_PID != "$old_pid" ]] && ! kill -0 "$old_pid" 2>/dev/null &&
-  ok "a new kube-apiserver process replaced pid $old_pid" || bad "apiserver pid did not change"
+if [[ $APISERVER_PID != "$old_pid" ]] && ! kill -0 "$old_pid" 2>/dev/null; then
+  ok "a new kube-apiserver process replaced pid $old_pid"
+else
+  bad "apiserver pid did not change"
+fi
 check "objects survive the apiserver restart (Widget, ConfigMap, Deployment)" bash -c \
   "kubectl -n smoke get widget good && kubectl -n smoke get cm ssa && kubectl -n smoke get deploy web"
 check "the ServiceAccount token still works after the restart" k get configmaps -n smoke \
