@@ -115,12 +115,7 @@ pub fn canonical_digest_and_len(v: &Value) -> (String, usize) {
     let mut buf = Vec::with_capacity(256);
     write(v, &mut buf);
     let d = Sha256::digest(&buf);
-    let mut s = String::with_capacity(71);
-    s.push_str("sha256:");
-    for b in d {
-        s.push_str(&format!("{b:02x}"));
-    }
-    (s, buf.len())
+    (format!("sha256:{}", crate::trace::to_hex(&d)), buf.len())
 }
 
 /// `v` with every value at `pointers` replaced by `"[REDACTED]"`.
@@ -255,6 +250,11 @@ impl Auditor {
     /// Whether write-tier calls must be refused now (failClosed and records are being lost).
     pub fn refuses_writes(&self) -> bool {
         self.fail_closed && !self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether records are written at all.
+    pub fn enabled(&self) -> bool {
+        self.tx.is_some()
     }
 
     /// Whether the last attempt to write a record succeeded.

@@ -30,6 +30,9 @@ tools:
   - name: fail_read
     inputSchema: {type: object}
     http: {method: GET, path: /status/500}
+  - name: slow_read
+    inputSchema: {type: object}
+    http: {method: GET, path: /slow, query: {ms: "600"}}
 "#;
 
 const CREDENTIALS: &str = "credentials:
@@ -200,7 +203,7 @@ async fn read_only_mode_hides_write_tools_from_everyone() {
     let admin = s.session("admin-secret-key-3").await;
     assert_eq!(
         names(&admin.request("tools/list", json!({})).await),
-        ["get_customer", "echo_read", "fail_read"]
+        ["get_customer", "echo_read", "fail_read", "slow_read"]
     );
     let r = admin
         .call("create_ticket", json!({"customerId": "42", "subject": "x"}))
@@ -833,4 +836,25 @@ async fn an_agent_header_is_believed_only_from_a_trusted_proxy() {
             "trusted={trusted}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_call_whose_client_goes_away_still_completes_and_is_audited() {
+    let s = setup("gone", API_KEYS).await;
+    let admin = s.session("admin-secret-key-3").await;
+    // The example service's /slow answers after 600 ms; the client gives up after 150 ms.
+    let body =
+        json!({"jsonrpc": "2.0", "id": 43, "method": "tools/call", "params": {"name": "slow_read", "arguments": {}}});
+    let gave_up = tokio::time::timeout(Duration::from_millis(150), admin.post(&body)).await;
+    assert!(gave_up.is_err(), "the client should have given up first");
+    let records = s.audit(1).await;
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["jsonrpcId"], 43);
+    assert_eq!(
+        records[0]["decision"], "allowed",
+        "the upstream call ran to completion: {:#}",
+        records[0]
+    );
+    assert_eq!(records[0]["status"], "success");
+    assert_eq!(records[0]["upstreamStatus"], 200);
 }

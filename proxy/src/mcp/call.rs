@@ -71,6 +71,9 @@ impl CallAudit {
     /// arguments themselves with the configured fields redacted.
     pub fn set_arguments(&mut self, params: Option<&Value>, authenticated: bool) {
         self.authenticated = authenticated;
+        if !self.auditor.enabled() {
+            return;
+        }
         let Some(r) = self.rec.as_mut() else { return };
         let Some(args) = params.and_then(|p| p.get("arguments")) else {
             return;
@@ -308,7 +311,7 @@ pub(crate) async fn tools_call(
     let guard = shared.in_flight.enter();
     let trace_id = caller.trace.trace_id_hex();
     let rpc_id = id.to_string();
-    let call = tokio::spawn(async move {
+    let mut call = FinishOnDrop::new(async move {
         let _guard = guard;
         let tool = &rt_call.tools[index];
         let outcome = match rt_call.upstream.send(request, tool.timeout).await {
@@ -321,14 +324,7 @@ pub(crate) async fn tools_call(
         audit.finish("allowed", outcome_reason(&outcome), Some(&outcome));
         outcome
     });
-    let outcome = call.await.unwrap_or_else(|_| {
-        Outcome::failed(ErrorEntry::new(
-            "internal_error",
-            "The call failed inside the proxy",
-            "La llamada falló dentro del proxy",
-            true,
-        ))
-    });
+    let outcome = call.run().await;
     tracing::debug!(
         tool = %name,
         status = outcome.status.as_str(),
@@ -337,6 +333,33 @@ pub(crate) async fn tools_call(
         "tools/call"
     );
     finish(tool, &outcome, started)
+}
+
+/// A future that is driven in place, and if it is dropped before it finished (the client went
+/// away), is handed to the runtime to finish: no per-call task spawn on the normal path.
+struct FinishOnDrop<T: Send + 'static>(Option<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>);
+
+impl<T: Send + 'static> FinishOnDrop<T> {
+    fn new(f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
+        Self(Some(Box::pin(f)))
+    }
+
+    async fn run(&mut self) -> T {
+        let f = self.0.as_mut().expect("run is called once");
+        let out = f.await;
+        self.0 = None;
+        out
+    }
+}
+
+impl<T: Send + 'static> Drop for FinishOnDrop<T> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            tokio::spawn(async move {
+                let _ = f.await;
+            });
+        }
+    }
 }
 
 /// Rank of the role `tool` requires (0 when it requires none).
