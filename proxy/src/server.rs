@@ -71,6 +71,14 @@ impl Running {
     /// Stops accepting, waits for in-flight requests (up to the grace period), then returns.
     pub async fn shutdown(self) {
         self.shared.draining.store(true, Ordering::SeqCst);
+        let delay = self.shared.runtime.load().config.server.shutdown_delay_seconds;
+        if delay > 0 {
+            tracing::info!(
+                delay_seconds = delay,
+                "readiness fails; still serving while traffic moves away"
+            );
+            tokio::time::sleep(Duration::from_secs(delay)).await;
+        }
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = t.await;

@@ -134,3 +134,26 @@ async fn sigterm_drains_in_flight_calls_then_exits_zero() {
     // New connections are refused once the listener is closed.
     assert!(std::net::TcpStream::connect(("127.0.0.1", mcp)).is_err());
 }
+
+#[tokio::test]
+async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
+    let upstream = toolgate_example_service::spawn().await.unwrap();
+    let text = common::config_text(upstream, "  shutdownDelaySeconds: 1\n");
+    let proxy = toolgate_proxy::start(toolgate_config::parse_yaml(&text).unwrap(), Default::default())
+        .await
+        .unwrap();
+    let (mcp, admin) = (proxy.mcp_addr, proxy.admin_addr);
+    let stopping = tokio::spawn(proxy.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let http = common::client();
+    let ready = http
+        .get(format!("http://{admin}/readyz").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503, "readiness fails during the delay");
+    let s = common::Session::open(http, format!("http://{mcp}/mcp"), "2025-06-18").await;
+    let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;
+    assert_eq!(env["status"], "success", "calls are still served during the delay");
+    stopping.await.unwrap();
+    assert!(std::net::TcpStream::connect(mcp).is_err());
+}

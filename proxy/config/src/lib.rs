@@ -105,6 +105,10 @@ pub struct ServerConfig {
     /// How long SIGTERM waits for in-flight calls before exiting.
     #[serde(default = "defaults::shutdown_grace_seconds")]
     pub shutdown_grace_seconds: u64,
+    /// After SIGTERM, how long to keep serving (with `/readyz` failing) before the listeners
+    /// close, so load balancers and Service endpoints stop sending traffic first.
+    #[serde(default)]
+    pub shutdown_delay_seconds: u64,
 }
 
 impl Default for ServerConfig {
@@ -123,6 +127,7 @@ impl Default for ServerConfig {
             name: defaults::server_name(),
             instructions: None,
             shutdown_grace_seconds: defaults::shutdown_grace_seconds(),
+            shutdown_delay_seconds: 0,
         }
     }
 }

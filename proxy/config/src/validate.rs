@@ -295,6 +295,9 @@ impl ProxyConfig {
                 format!("must be between 1 and {MAX_BODY_LIMIT}"),
             ));
         }
+        if s.shutdown_delay_seconds > 60 {
+            errs.push(ConfigError::new("server.shutdownDelaySeconds", "must be at most 60"));
+        }
         if s.session_ttl_seconds == 0 {
             errs.push(ConfigError::new("server.sessionTtlSeconds", "must be at least 1"));
         }
