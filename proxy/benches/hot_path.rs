@@ -125,7 +125,8 @@ fn bench_policy() {
                 .identity
                 .check(&who.subject, rt.limits.per_identity)
                 .unwrap();
-            let audit = toolgate_proxy::mcp::call::CallAudit::new(shared.auditor.load_full(), &id, Some(&params));
+            let mut audit = toolgate_proxy::mcp::call::CallAudit::new(shared.auditor.load_full(), &id, Some(&params));
+            audit.set_arguments(Some(&params), true);
             audit.finish("allowed", "ok", None);
             if i % 1000 == 0 {
                 tokio::task::yield_now().await; // let the writer drain
