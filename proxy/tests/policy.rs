@@ -109,6 +109,16 @@ impl Setup {
         (status, h, serde_json::from_slice(&b).unwrap_or(Value::Null))
     }
 
+    /// Waits until `headers` authenticate (a changed credentials file was reloaded). Polls
+    /// slowly enough to stay under the per-IP limit.
+    async fn wait_accepted(&self, headers: &[(&str, &str)]) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.raw(headers, INIT).await.0 != StatusCode::OK {
+            assert!(Instant::now() < deadline, "{headers:?} were never accepted");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// The audit records written so far, once there are at least `n`.
     async fn audit(&self, n: usize) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -231,11 +241,7 @@ async fn a_role_too_low_is_forbidden_only_for_tools_the_session_was_shown() {
         format!("{CREDENTIALS}  - {{id: shifty, key: shifty-key-7, role: admin}}\n"),
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while s.raw(&[("x-api-key", "shifty-key-7")], INIT).await.0 != StatusCode::OK {
-        assert!(Instant::now() < deadline, "the new key was never accepted");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    s.wait_accepted(&[("x-api-key", "shifty-key-7")]).await;
     let shifty = s.session("shifty-key-7").await;
     assert!(names(&shifty.request("tools/list", json!({})).await).contains(&"create_ticket".to_string()));
     std::fs::write(
@@ -294,11 +300,8 @@ async fn bearer_tokens_and_custom_header_sets_authenticate() {
         "credentials:\n  - {id: partner, headers: {X-Tenant: acme, X-Signature: s3cr3t}}\n",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while s.raw(&[("x-tenant", "acme"), ("x-signature", "s3cr3t")], INIT).await.0 != StatusCode::OK {
-        assert!(Instant::now() < deadline, "the header set was never accepted");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    s.wait_accepted(&[("x-tenant", "acme"), ("x-signature", "s3cr3t")])
+        .await;
     assert_eq!(
         s.raw(&[("x-tenant", "acme"), ("x-signature", "wrong")], INIT).await.0,
         StatusCode::UNAUTHORIZED
@@ -635,11 +638,7 @@ async fn a_changed_credentials_file_is_picked_up_without_a_restart() {
         format!("{CREDENTIALS}  - {{id: newcomer, key: new-key-6}}\n"),
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while s.raw(&[("x-api-key", "new-key-6")], INIT).await.0 != StatusCode::OK {
-        assert!(Instant::now() < deadline, "the new key was never accepted");
-        tokio::time::sleep(Duration::from_millis(200)).await; // stays under the per-IP limit
-    }
+    s.wait_accepted(&[("x-api-key", "new-key-6")]).await;
     // A broken file is refused and the previous credentials keep working.
     std::fs::write(s.dir.join("credentials.yaml"), "credentials: [{id: x}]").unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
