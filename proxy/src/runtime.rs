@@ -65,6 +65,8 @@ pub struct CompiledTool {
     pub timeout: Duration,
     /// `response.pick`.
     pub pick: Vec<Pointer>,
+    /// `response.errorPick`.
+    pub error_pick: Vec<Pointer>,
     /// `response.redact`.
     pub redact: Vec<Pointer>,
     /// `response.evidence`.
@@ -349,6 +351,7 @@ fn compile_tool(t: &ToolConfig, default_timeout_ms: u64) -> Result<CompiledTool,
         body,
         timeout: Duration::from_millis(t.http.timeout_ms.unwrap_or(default_timeout_ms)),
         pick: pointers(&t.response.pick)?,
+        error_pick: pointers(&t.response.error_pick)?,
         redact: pointers(&t.response.redact)?,
         evidence: t
             .response

@@ -373,6 +373,10 @@ pub struct ResponseShaping {
     /// A `*` segment matches every array element or object member.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pick: Vec<String>,
+    /// JSON pointers kept from a 4xx body (an allowlist for error details and confirmation
+    /// candidates). Empty keeps the whole (redacted) body.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_pick: Vec<String>,
     /// JSON pointers removed from the body (after `pick`), on success and on 4xx bodies.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redact: Vec<String>,

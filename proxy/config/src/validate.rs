@@ -535,7 +535,12 @@ fn validate_tool(tool: &ToolConfig, at: &str, errs: &mut Vec<ConfigError>) {
     }
 
     let r = &tool.response;
-    for (key, list) in [("pick", &r.pick), ("redact", &r.redact), ("evidence", &r.evidence)] {
+    for (key, list) in [
+        ("pick", &r.pick),
+        ("errorPick", &r.error_pick),
+        ("redact", &r.redact),
+        ("evidence", &r.evidence),
+    ] {
         for (i, ptr) in list.iter().enumerate() {
             match Pointer::parse(ptr) {
                 Err(e) => errs.push(ConfigError::new(format!("{at}.response.{key}[{i}]"), e)),

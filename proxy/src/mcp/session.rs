@@ -93,6 +93,22 @@ impl Sessions {
             last_seen_ms: AtomicU64::new(now),
         });
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        // One subject may hold at most half the table, so no single caller can push everyone
+        // else's sessions out (not applied to `anonymous`, the only subject without auth).
+        if session.subject != "anonymous" {
+            let cap = (max / 2).max(1);
+            let mut own: Vec<(u64, Arc<str>)> = map
+                .iter()
+                .filter(|(_, s)| s.subject == session.subject)
+                .map(|(k, s)| (s.last_seen_ms.load(Ordering::Relaxed), k.clone()))
+                .collect();
+            if own.len() >= cap {
+                own.sort_unstable();
+                for (_, k) in own.iter().take(own.len() + 1 - cap) {
+                    map.remove(k);
+                }
+            }
+        }
         if map.len() >= max {
             let ttl_ms = ttl.as_millis() as u64;
             map.retain(|_, s| now.saturating_sub(s.last_seen_ms.load(Ordering::Relaxed)) <= ttl_ms);
@@ -176,15 +192,27 @@ mod tests {
     }
 
     #[test]
+    fn one_subject_cannot_push_out_everyone_else() {
+        let s = Sessions::default();
+        let other = s.create("2025-06-18", None, None, "victim".into(), TTL, 4);
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(1));
+            s.create("2025-06-18", None, None, "flooder".into(), TTL, 4);
+        }
+        assert!(s.get(&other.id, TTL).is_some(), "the other subject's session survives");
+        assert_eq!(s.len(), 3, "the flooder holds at most half the table");
+    }
+
+    #[test]
     fn the_table_is_bounded_and_evicts_the_longest_idle() {
         let s = Sessions::default();
-        let first = s.create("2025-06-18", None, None, "s".into(), TTL, 3);
+        let first = s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
         std::thread::sleep(Duration::from_millis(2));
-        let second = s.create("2025-06-18", None, None, "s".into(), TTL, 3);
+        let second = s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
         std::thread::sleep(Duration::from_millis(2));
         s.get(&first.id, TTL);
-        s.create("2025-06-18", None, None, "s".into(), TTL, 3);
-        s.create("2025-06-18", None, None, "s".into(), TTL, 3);
+        s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
+        s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
         assert_eq!(s.len(), 3);
         assert!(s.get(&second.id, TTL).is_none(), "the longest-idle session is evicted");
         assert!(s.get(&first.id, TTL).is_some());

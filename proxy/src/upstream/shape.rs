@@ -279,11 +279,8 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
     let success_class = (200..300).contains(&code);
     if success_class || (400..500).contains(&code) {
         if let Ok(body) = parse_body(resp) {
-            let mut body = if success_class && !tool.pick.is_empty() {
-                pick(&body, &tool.pick)
-            } else {
-                body
-            };
+            let allow = if success_class { &tool.pick } else { &tool.error_pick };
+            let mut body = if allow.is_empty() { body } else { pick(&body, allow) };
             if body.as_object().is_some_and(|o| !o.is_empty()) {
                 for p in &tool.redact {
                     redact(&mut body, &p.tokens);
@@ -539,6 +536,16 @@ mod tests {
         assert_eq!(o.data, Some(json!({"candidates": [{"id": "1"}]})));
         assert_eq!(o.errors[0].code, "pending_confirmation");
         assert!(o.errors[0].message.contains("HTTP 200"));
+    }
+
+    #[test]
+    fn error_pick_limits_what_a_4xx_body_shows() {
+        let rt = runtime("{errorPick: [/candidates/*/id]}");
+        let o = response(
+            rt.tool("t").unwrap(),
+            &resp(409, r#"{"candidates":[{"id":"1","ssn":"x"}],"debug":"stack"}"#),
+        );
+        assert_eq!(o.data, Some(json!({"candidates": [{"id": "1"}]})));
     }
 
     #[test]
