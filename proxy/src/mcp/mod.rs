@@ -631,28 +631,20 @@ async fn post(
             );
         }
     }
-    let _checked_version = match headers.get(VERSION_HEADER) {
-        None => None,
-        Some(v) => match v
-            .to_str()
-            .ok()
-            .and_then(|v| SUPPORTED_PROTOCOL_VERSIONS.iter().copied().find(|s| *s == v))
-        {
-            Some(v) => Some(v),
-            None => {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    None,
-                    code::INVALID_REQUEST,
-                    format!(
-                        "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
-                        SUPPORTED_PROTOCOL_VERSIONS.join(", ")
-                    ),
-                    None,
-                )
-            }
-        },
-    };
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                format!(
+                    "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
+                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                ),
+                None,
+            );
+        }
+    }
     let limit = server.max_body_bytes;
     if header_str(headers, CONTENT_LENGTH.as_str())
         .and_then(|v| v.parse::<u64>().ok())
