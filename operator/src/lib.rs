@@ -1,0 +1,5 @@
+//! toolgate-operator: `McpServer` and `McpTool` reconciled into toolgate-proxy sidecars and
+//! gateways.
+#![forbid(unsafe_code)]
+
+pub mod crd;
