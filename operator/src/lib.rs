@@ -3,3 +3,6 @@
 #![forbid(unsafe_code)]
 
 pub mod crd;
+pub mod render;
+pub mod status;
+pub mod testing;

@@ -1,0 +1,525 @@
+//! McpServer + McpTools → ProxyConfig: a pure function, no I/O. It decides which tools are
+//! served (and why the others are not), where Secrets are mounted, and the ConfigMap text.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use toolgate_config::{BodyMapping, ConfigError, ProxyConfig, ServerConfig, Tier, ToolConfig, UpstreamConfig};
+
+use crate::crd::{McpServer, McpTool, SecretKeyRef, ServerMode};
+use crate::status::reason;
+
+/// Key of the rendered config in the ConfigMap.
+pub const CONFIG_KEY: &str = "proxy.yaml";
+/// Where the ConfigMap is mounted in the proxy container.
+pub const CONFIG_DIR: &str = "/etc/toolgate/config";
+/// Secrets are mounted under this directory, one subdirectory per use.
+pub const SECRETS_DIR: &str = "/etc/toolgate/secrets";
+
+/// A Secret key the proxy reads from a file.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SecretMount {
+    /// Volume name (also the subdirectory under [`SECRETS_DIR`]).
+    pub volume: &'static str,
+    /// The Secret.
+    pub secret: String,
+    /// The key, projected as a file of the same name.
+    pub key: String,
+}
+
+impl SecretMount {
+    fn new(volume: &'static str, r: &SecretKeyRef) -> Self {
+        Self {
+            volume,
+            secret: r.name.clone(),
+            key: r.key.clone(),
+        }
+    }
+
+    /// Directory the volume is mounted at.
+    pub fn dir(&self) -> String {
+        format!("{SECRETS_DIR}/{}", self.volume)
+    }
+
+    /// Path of the key's file in the proxy container.
+    pub fn file(&self) -> String {
+        format!("{}/{}", self.dir(), self.key)
+    }
+}
+
+/// What happened to one McpTool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Served under this tier.
+    Accepted {
+        /// Effective tier.
+        tier: Tier,
+    },
+    /// Not served.
+    Rejected {
+        /// Effective tier, when the tool got that far.
+        tier: Option<Tier>,
+        /// CamelCase reason (a constant of [`reason`]).
+        reason: &'static str,
+        /// What is wrong and what to fix.
+        message: String,
+    },
+}
+
+/// The outcome of rendering one McpServer.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The config, valid by construction when `problems` is empty.
+    pub config: ProxyConfig,
+    /// The ConfigMap text.
+    pub text: String,
+    /// SHA-256 of `text`, hex.
+    pub hash: String,
+    /// Secret keys to mount into the proxy.
+    pub mounts: Vec<SecretMount>,
+    /// One verdict per McpTool, keyed by the McpTool's `metadata.name`.
+    pub verdicts: BTreeMap<String, Verdict>,
+    /// Problems of the server's own settings; the config must not be applied when any.
+    pub problems: Vec<String>,
+}
+
+/// The in-cluster MCP URL of a server.
+pub fn endpoint(server: &McpServer) -> String {
+    format!(
+        "http://{}.{}.svc:{}/mcp",
+        service_name(server),
+        server.metadata.namespace.as_deref().unwrap_or("default"),
+        server.spec.port
+    )
+}
+
+/// `<server>-mcp`: the Service in front of the MCP port.
+pub fn service_name(server: &McpServer) -> String {
+    format!("{}-mcp", server.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// `<server>-toolgate`: the ConfigMap holding the rendered ProxyConfig.
+pub fn configmap_name(server: &McpServer) -> String {
+    format!("{}-toolgate", server.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// Renders `server` with the `tools` it selected (any order).
+pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
+    let spec = &server.spec;
+    let ns = server.metadata.namespace.as_deref().unwrap_or("default");
+    let name = server.metadata.name.as_deref().unwrap_or_default();
+    let mut mounts = Vec::new();
+    let mut problems = Vec::new();
+
+    let mut upstream = UpstreamConfig::new(match (spec.mode, &spec.upstream.service) {
+        (ServerMode::Gateway, Some(svc)) => format!("http://{}.{ns}.svc:{}", svc.name, svc.port),
+        _ => format!("http://127.0.0.1:{}", spec.upstream.port.unwrap_or(80)),
+    });
+    if let Some(ms) = spec.upstream.connect_timeout_ms {
+        upstream.connect_timeout_ms = ms;
+    }
+    if let Some(ms) = spec.upstream.timeout_ms {
+        upstream.timeout_ms = ms;
+    }
+    if let Some(b) = spec.upstream.max_response_bytes {
+        upstream.max_response_bytes = b;
+    }
+    if let Some(c) = &spec.upstream.credential {
+        let m = SecretMount::new("upstream-credential", &c.secret_ref);
+        upstream.credential = Some(toolgate_config::UpstreamCredential {
+            header: c.header.clone(),
+            file: m.file(),
+            prefix: c.prefix.clone(),
+        });
+        mounts.push(m);
+    }
+
+    let server_cfg = ServerConfig {
+        listen: format!("0.0.0.0:{}", spec.port),
+        admin_listen: format!("0.0.0.0:{}", spec.admin_port),
+        allowed_origins: spec.allowed_origins.clone(),
+        allowed_hosts: spec.allowed_hosts.clone(),
+        name: name.to_string(),
+        instructions: spec.instructions.clone(),
+        ..ServerConfig::default()
+    };
+
+    let policy_value = policy_json(server, &mut mounts);
+    let policy = match serde_json::from_value(policy_value) {
+        Ok(p) => p,
+        Err(e) => {
+            problems.push(format!("spec: {e}"));
+            toolgate_config::PolicyConfig::default()
+        }
+    };
+
+    let mut config = ProxyConfig::new(upstream, Vec::new());
+    config.server = server_cfg;
+    config.policy = policy;
+    if let Err(errs) = config.validate() {
+        problems.extend(errs.iter().map(|e| format!("{}: {}", spec_path(&e.path), e.message)));
+    }
+
+    // Oldest first, so the oldest tool keeps a contested name.
+    let mut ordered: Vec<&McpTool> = tools.iter().collect();
+    ordered.sort_by(|a, b| {
+        let ka = (
+            a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            a.metadata.name.as_deref(),
+        );
+        let kb = (
+            b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            b.metadata.name.as_deref(),
+        );
+        ka.cmp(&kb)
+    });
+    let mut verdicts = BTreeMap::new();
+    let mut owners: BTreeMap<String, String> = BTreeMap::new();
+    for tool in ordered {
+        let object = tool.metadata.name.clone().unwrap_or_default();
+        let verdict = judge(&config, tool, &owners);
+        if let Verdict::Accepted { .. } = verdict {
+            owners.insert(tool.tool_name().to_string(), object.clone());
+            config.tools.push(tool_config(tool));
+        }
+        verdicts.insert(object, verdict);
+    }
+    config.tools.sort_by(|a, b| a.name.cmp(&b.name));
+    mounts.sort();
+    mounts.dedup();
+
+    let body = serde_yaml::to_string(&config).unwrap_or_default();
+    let text = format!(
+        "# Rendered by toolgate-operator from McpServer {ns}/{name}. Do not edit: changes are overwritten.\n{body}"
+    );
+    let hash = hex(&Sha256::digest(text.as_bytes()));
+    Rendered {
+        config,
+        text,
+        hash,
+        mounts,
+        verdicts,
+        problems,
+    }
+}
+
+fn judge(config: &ProxyConfig, tool: &McpTool, owners: &BTreeMap<String, String>) -> Verdict {
+    let name = tool.tool_name();
+    let candidate = tool_config(tool);
+    let tier = Some(candidate.effective_tier());
+    if let Some(owner) = owners.get(name) {
+        return Verdict::Rejected {
+            tier,
+            reason: reason::NAME_CONFLICT,
+            message: format!("tool name `{name}` is already served by McpTool {owner} (the oldest keeps it); rename one of them with spec.name"),
+        };
+    }
+    let mut alone = config.clone();
+    alone.tools = vec![candidate];
+    if let Err(errs) = alone.validate() {
+        let errs: Vec<&ConfigError> = errs.iter().filter(|e| e.path.starts_with("tools[")).collect();
+        if !errs.is_empty() {
+            let pick = |key: &str| errs.iter().any(|e| e.path.contains(key));
+            let reason = if pick(".inputSchema") || pick(".outputSchema") {
+                reason::INVALID_SCHEMA
+            } else if pick(".requiredRole") {
+                reason::UNKNOWN_ROLE
+            } else {
+                reason::INVALID_MAPPING
+            };
+            let message = errs
+                .iter()
+                .map(|e| format!("{}: {}", spec_path(&e.path), e.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Verdict::Rejected { tier, reason, message };
+        }
+    }
+    let tier = alone.tools[0].effective_tier();
+    if config.policy.read_only && tier == Tier::Write {
+        let server = config.server.name.as_str();
+        return Verdict::Rejected {
+            tier: Some(tier),
+            reason: reason::READ_ONLY_SERVER,
+            message: format!("a write-tier tool is not served while McpServer {server} has readOnly: true; set spec.readOnly: false on the server to serve it"),
+        };
+    }
+    Verdict::Accepted { tier }
+}
+
+/// `tools[0] (name).http.path` → `spec.http.path`; `policy.auth.x` → `spec.auth.x`.
+fn spec_path(path: &str) -> String {
+    if let Some(rest) = path.strip_prefix("tools[") {
+        let rest = rest.split_once(')').map(|(_, r)| r).unwrap_or(rest);
+        return format!("spec{rest}");
+    }
+    let rest = path.strip_prefix("policy.").unwrap_or(path);
+    format!("spec.{rest}")
+}
+
+/// The ProxyConfig tool of an McpTool.
+pub fn tool_config(tool: &McpTool) -> ToolConfig {
+    let s = &tool.spec;
+    ToolConfig {
+        name: tool.tool_name().to_string(),
+        title: s.title.clone(),
+        description: s.description.clone(),
+        when_to_use: s.when_to_use.clone(),
+        never_use_for: s.never_use_for.clone(),
+        identity: s.identity.clone(),
+        side_effects: s.side_effects.clone(),
+        success_criteria: s.success_criteria.clone(),
+        fallback: s.fallback.clone(),
+        input_schema: s.input_schema.clone(),
+        output_schema: s.output_schema.clone(),
+        annotations: s.annotations.clone(),
+        tier: s.tier,
+        required_role: s.required_role.clone(),
+        safety: s.safety,
+        http: toolgate_config::HttpMapping {
+            method: s.http.method,
+            path: s.http.path.clone(),
+            query: s.http.query.clone(),
+            headers: s.http.headers.clone(),
+            body: s.http.body.as_ref().map(|b| match (&b.fields, b.mode) {
+                (Some(fields), _) => BodyMapping::Fields(fields.clone()),
+                (None, Some(mode)) => BodyMapping::Mode(mode),
+                (None, None) => BodyMapping::Mode(toolgate_config::BodyMode::None),
+            }),
+            timeout_ms: s.http.timeout_ms,
+        },
+        response: s.response.clone().unwrap_or_default(),
+    }
+}
+
+/// The `policy` block as JSON, so ProxyConfig's own defaults fill what the spec leaves out.
+fn policy_json(server: &McpServer, mounts: &mut Vec<SecretMount>) -> Value {
+    let spec = &server.spec;
+    let mut policy = Map::new();
+    policy.insert("readOnly".into(), spec.read_only.into());
+    if let Some(roles) = &spec.roles {
+        policy.insert("roles".into(), json!(roles));
+    }
+    if let Some(a) = &spec.auth {
+        let mut auth = Map::new();
+        auth.insert("mode".into(), json!(a.mode));
+        if let Some(h) = &a.api_key_header {
+            auth.insert("apiKeyHeader".into(), h.as_str().into());
+        }
+        if !a.custom_headers.is_empty() {
+            auth.insert("customHeaders".into(), json!(a.custom_headers));
+        }
+        if let Some(r) = &a.credentials_secret_ref {
+            let m = SecretMount::new("auth-credentials", r);
+            auth.insert("credentialsFile".into(), m.file().into());
+            mounts.push(m);
+        }
+        if let Some(o) = &a.oauth {
+            let mut oauth = Map::new();
+            oauth.insert("issuer".into(), o.issuer.as_str().into());
+            let resource = o.resource.clone().unwrap_or_else(|| endpoint(server));
+            oauth.insert("resource".into(), resource.into());
+            if let Some(url) = &o.jwks_url {
+                oauth.insert("jwksUrl".into(), url.as_str().into());
+            }
+            if let Some(r) = &o.jwks_secret_ref {
+                let m = SecretMount::new("oauth-jwks", r);
+                oauth.insert("jwksFile".into(), m.file().into());
+                mounts.push(m);
+            }
+            if !o.algorithms.is_empty() {
+                oauth.insert("algorithms".into(), json!(o.algorithms));
+            }
+            if let Some(l) = o.leeway_seconds {
+                oauth.insert("leewaySeconds".into(), l.into());
+            }
+            if !o.scope_roles.is_empty() {
+                oauth.insert("scopeRoles".into(), json!(o.scope_roles));
+            }
+            if let Some(r) = &o.default_role {
+                oauth.insert("defaultRole".into(), r.as_str().into());
+            }
+            auth.insert("oauth".into(), oauth.into());
+        }
+        policy.insert("auth".into(), auth.into());
+    }
+    if let Some(r) = &spec.rate_limit {
+        policy.insert("rateLimit".into(), json!(r));
+    }
+    if let Some(a) = &spec.audit {
+        let mut audit = serde_json::to_value(a).unwrap_or_default();
+        audit["sink"] = "stdout".into();
+        policy.insert("audit".into(), audit);
+    }
+    policy.into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{McpServer, McpTool};
+    use serde_json::json;
+    use toolgate_config::Method;
+
+    fn rejected(r: &Rendered, object: &str) -> (&'static str, String) {
+        match &r.verdicts[object] {
+            Verdict::Rejected { reason, message, .. } => (reason, message.clone()),
+            v => panic!("{object} should be rejected, got {v:?}"),
+        }
+    }
+
+    fn shop() -> McpServer {
+        McpServer::test("shop").writable().with(json!({
+            "auth": {"mode": "apiKey", "credentialsSecretRef": {"name": "shop-keys", "key": "credentials.yaml"}},
+            "upstream": {"timeoutMs": 5000, "credential": {"header": "Authorization", "prefix": "Bearer ", "secretRef": {"name": "shop-upstream", "key": "token"}}},
+            "rateLimit": {"perIdentity": {"requests": 30, "windowSeconds": 60}, "trustedProxies": ["10.0.0.0/8"]},
+            "audit": {"failurePolicy": "failClosed", "redactArguments": ["/card"]}
+        }))
+    }
+
+    fn create_ticket() -> McpTool {
+        McpTool::test("create_ticket").method(Method::Post).with(json!({
+            "http": {"path": "/tickets"},
+            "inputSchema": {"type": "object", "properties": {"subject": {"type": "string"}}, "required": ["subject"]}
+        }))
+    }
+
+    #[test]
+    fn rendered_config_matches_the_snapshot_and_loads_in_the_proxy() {
+        let r = render(&shop(), &[create_ticket(), McpTool::test("get_customer")]);
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots/shop.proxy.yaml");
+        if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+            std::fs::write(path, &r.text).unwrap();
+        }
+        let want = std::fs::read_to_string(path).expect("snapshot (UPDATE_SNAPSHOTS=1 writes it)");
+        assert_eq!(r.text, want, "rendered config changed; review, then UPDATE_SNAPSHOTS=1");
+        let loaded = toolgate_config::parse_yaml(&r.text).expect("the proxy loads it");
+        loaded.validate().expect("and it validates");
+        assert_eq!(loaded, r.config);
+        let names: Vec<_> = loaded.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["create_ticket", "get_customer"]);
+    }
+
+    #[test]
+    fn secrets_are_mounted_by_reference_never_copied() {
+        let r = render(&shop(), &[]);
+        assert_eq!(
+            r.mounts
+                .iter()
+                .map(|m| (m.volume, m.secret.as_str(), m.file()))
+                .collect::<Vec<_>>(),
+            [
+                (
+                    "auth-credentials",
+                    "shop-keys",
+                    "/etc/toolgate/secrets/auth-credentials/credentials.yaml".to_string()
+                ),
+                (
+                    "upstream-credential",
+                    "shop-upstream",
+                    "/etc/toolgate/secrets/upstream-credential/token".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            r.config.policy.auth.credentials_file.as_deref(),
+            Some("/etc/toolgate/secrets/auth-credentials/credentials.yaml")
+        );
+        assert!(
+            !r.text.contains("shop-keys") && !r.text.contains("shop-upstream"),
+            "{}",
+            r.text
+        );
+    }
+
+    #[test]
+    fn one_bad_tool_is_rejected_and_the_others_are_served() {
+        let bad =
+            McpTool::test("broken").with_schema(json!({"type": "object", "properties": {"id": {"type": "strnig"}}}));
+        let r = render(&McpServer::test("shop"), &[bad, McpTool::test("get_customer")]);
+        let (reason, message) = rejected(&r, "broken");
+        assert_eq!(reason, reason::INVALID_SCHEMA);
+        assert!(message.starts_with("spec.inputSchema"), "{message}");
+        assert_eq!(r.verdicts["get-customer"], Verdict::Accepted { tier: Tier::Read });
+        assert_eq!(r.config.tools.len(), 1);
+    }
+
+    #[test]
+    fn a_placeholder_missing_from_the_schema_is_an_invalid_mapping() {
+        let t = McpTool::test("get_order").with(json!({"http": {"path": "/orders/{orderId}"}}));
+        let (reason, message) = rejected(&render(&McpServer::test("shop"), &[t]), "get-order");
+        assert_eq!(reason, reason::INVALID_MAPPING);
+        assert!(
+            message.contains("spec.http.path") && message.contains("orderId"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_oldest_tool_keeps_a_contested_name() {
+        let older = McpTool::test("lookup").object("lookup-b").created(100);
+        let newer = McpTool::test("lookup").object("lookup-a").created(200);
+        let r = render(&McpServer::test("shop"), &[newer, older]);
+        assert_eq!(r.verdicts["lookup-b"], Verdict::Accepted { tier: Tier::Read });
+        let (reason, message) = rejected(&r, "lookup-a");
+        assert_eq!(reason, reason::NAME_CONFLICT);
+        assert!(message.contains("lookup-b"), "{message}");
+    }
+
+    #[test]
+    fn write_tools_are_not_served_by_a_read_only_server() {
+        let r = render(&McpServer::test("shop"), &[create_ticket()]);
+        let (reason, message) = rejected(&r, "create-ticket");
+        assert_eq!(reason, reason::READ_ONLY_SERVER);
+        assert!(message.contains("readOnly: false"), "{message}");
+        assert!(r.config.tools.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_required_role_is_reported() {
+        let t = McpTool::test("get_customer").with(json!({"requiredRole": "root"}));
+        let (reason, message) = rejected(&render(&McpServer::test("shop"), &[t]), "get-customer");
+        assert_eq!(reason, reason::UNKNOWN_ROLE);
+        assert!(message.contains("spec.requiredRole"), "{message}");
+    }
+
+    #[test]
+    fn gateway_mode_calls_the_service_by_its_cluster_name() {
+        let s = McpServer::test("shop").with(json!({"mode": "Gateway", "workloadRef": null, "upstream": {"port": null, "service": {"name": "shop-api", "port": 80}}}));
+        let r = render(&s, &[]);
+        assert_eq!(r.config.upstream.base_url, "http://shop-api.demo.svc:80");
+        assert_eq!(endpoint(&s), "http://shop-mcp.demo.svc:8931/mcp");
+    }
+
+    #[test]
+    fn bad_server_settings_are_problems_not_a_config() {
+        let s = McpServer::test("shop").with(json!({"rateLimit": {"trustedProxies": ["not-a-cidr"]}}));
+        let r = render(&s, &[]);
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.starts_with("spec.rateLimit.trustedProxies")),
+            "{:?}",
+            r.problems
+        );
+    }
+
+    #[test]
+    fn the_hash_follows_the_content() {
+        let a = render(&McpServer::test("shop"), &[McpTool::test("get_customer")]);
+        let b = render(&McpServer::test("shop"), &[McpTool::test("get_customer")]);
+        let c = render(
+            &McpServer::test("shop"),
+            &[McpTool::test("get_customer").with(json!({"description": "changed"}))],
+        );
+        assert_eq!(a.hash, b.hash);
+        assert_ne!(a.hash, c.hash);
+        assert_eq!(a.hash.len(), 64);
+    }
+}
