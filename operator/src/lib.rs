@@ -2,7 +2,13 @@
 //! gateways.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod controller;
 pub mod crd;
+pub mod inject;
+pub mod leader;
+pub mod metrics;
+pub mod objects;
 pub mod render;
 pub mod status;
 pub mod testing;

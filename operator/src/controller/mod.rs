@@ -1,0 +1,321 @@
+//! The controllers: McpServer (renders, injects, reports) and McpTool (reports tools whose
+//! server does not exist). Context, errors, backoff and the watches live here.
+
+mod server;
+mod tool;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource, ResourceExt};
+
+use crate::crd::{McpServer, McpTool};
+use crate::inject::{ProxyDefaults, SERVER_ANNOTATION};
+use crate::metrics::Metrics;
+use crate::objects::MANAGED_BY;
+
+/// The one server-side-apply field manager of the operator.
+pub const MANAGER: &str = "toolgate.dev/operator";
+/// Finalizer on McpServers: the sidecar is removed from the Deployment before the server goes.
+pub const FINALIZER: &str = "toolgate.dev/cleanup";
+
+/// A reconcile failure. Metric labels come from [`Error::reason`], never from the text.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("Kubernetes API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// The finalizer could not be added or removed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A bounded label value.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "Conflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
+            Error::Kube(kube::Error::Api(s)) if s.code == 422 => "Invalid",
+            Error::Kube(kube::Error::Api(_)) => "ApiError",
+            Error::Kube(_) => "ClientError",
+            Error::Finalizer(_) => "Finalizer",
+        }
+    }
+}
+
+/// What the reconcilers share.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Image and other pod defaults.
+    pub defaults: ProxyDefaults,
+    /// Every McpServer in scope.
+    pub servers: Store<McpServer>,
+    /// Every McpTool in scope.
+    pub tools: Store<McpTool>,
+    /// Metadata of every Deployment in scope (to find the ones carrying a sidecar).
+    pub deployments: Store<PartialObjectMeta<Deployment>>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    fn backoff(&self, key: String) -> Duration {
+        let mut f = self.failures.lock().expect("lock");
+        let n = f.entry(key).or_insert(0);
+        *n = (*n + 1).min(16);
+        let secs = (1u64 << (*n - 1).min(8)).min(300);
+        // Up to 25% jitter so many failing objects do not retry in lockstep.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u64)
+            .unwrap_or(0);
+        let jitter = nanos % (secs * 250 + 1);
+        Duration::from_secs(secs) + Duration::from_millis(jitter)
+    }
+
+    fn reset(&self, key: &str) {
+        self.failures.lock().expect("lock").remove(key);
+    }
+}
+
+/// Settings of [`run`].
+#[derive(Debug, Clone, Default)]
+pub struct RunConfig {
+    /// Watch this namespace only; all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Pod defaults.
+    pub defaults: ProxyDefaults,
+    /// Reporting instance for Events (pod name).
+    pub instance: Option<String>,
+}
+
+fn api<K>(client: &Client, ns: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn key<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.as_deref().unwrap_or(""),
+        o.meta().name.as_deref().unwrap_or("")
+    )
+}
+
+/// Servers referencing Secret `name` in `ns`.
+fn servers_using_secret(servers: &Store<McpServer>, ns: &str, name: &str) -> Vec<ObjectRef<McpServer>> {
+    servers
+        .state()
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(ns))
+        .filter(|s| server::secret_names(s).iter().any(|n| n == name))
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// Runs both controllers until `shutdown` completes, then drains in-flight reconciles.
+pub async fn run(
+    client: Client,
+    cfg: RunConfig,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = cfg.namespace.clone();
+    let (servers, server_writer) = reflector::store::<McpServer>();
+    let (tools, tool_writer) = reflector::store::<McpTool>();
+    let (deployments, deployment_writer) = reflector::store::<PartialObjectMeta<Deployment>>();
+
+    // McpServer: spec changes, deletion and finalizer changes; status-only updates are skipped.
+    let server_stream = watcher(api::<McpServer>(&client, &ns), watcher::Config::default())
+        .default_backoff()
+        .reflect(server_writer)
+        .applied_objects()
+        .predicate_filter(server_changed, Default::default());
+
+    let tool_stream = watcher(api::<McpTool>(&client, &ns), watcher::Config::default())
+        .default_backoff()
+        .reflect(tool_writer)
+        .touched_objects();
+    let deployment_stream = watcher(
+        api::<PartialObjectMeta<Deployment>>(&client, &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(deployment_writer)
+    .touched_objects();
+    let secret_stream = watcher(
+        api::<PartialObjectMeta<Secret>>(&client, &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+    let owned = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+    let cm_stream = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &ns), owned.clone())
+        .default_backoff()
+        .touched_objects();
+    let svc_stream = watcher(api::<PartialObjectMeta<Service>>(&client, &ns), owned)
+        .default_backoff()
+        .touched_objects();
+
+    let reporter = Reporter {
+        controller: "toolgate-operator".into(),
+        instance: cfg.instance.clone(),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        metrics: metrics.clone(),
+        defaults: cfg.defaults.clone(),
+        servers: servers.clone(),
+        tools: tools.clone(),
+        deployments: deployments.clone(),
+        failures: Mutex::default(),
+    });
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let by_tool = {
+        move |t: McpTool| {
+            let ns = t.metadata.namespace.clone().unwrap_or_default();
+            Some(ObjectRef::<McpServer>::new(&t.spec.server_ref.name).within(&ns))
+        }
+    };
+    let by_deployment = {
+        let servers = servers.clone();
+        move |d: PartialObjectMeta<Deployment>| {
+            let ns = d.metadata.namespace.clone().unwrap_or_default();
+            let name = d.metadata.name.clone().unwrap_or_default();
+            let mut refs: Vec<ObjectRef<McpServer>> = servers
+                .state()
+                .iter()
+                .filter(|s| s.metadata.namespace.as_deref() == Some(&ns))
+                .filter(|s| s.spec.workload_ref.as_ref().is_some_and(|w| w.name == name))
+                .map(|s| ObjectRef::from_obj(&**s))
+                .collect();
+            if let Some(owner) = d.annotations().get(SERVER_ANNOTATION) {
+                refs.push(ObjectRef::new(owner).within(&ns));
+            }
+            for o in d.owner_references().iter().filter(|o| o.kind == "McpServer") {
+                refs.push(ObjectRef::new(&o.name).within(&ns));
+            }
+            refs
+        }
+    };
+    let by_secret = {
+        let servers = servers.clone();
+        move |s: PartialObjectMeta<Secret>| {
+            servers_using_secret(&servers, s.metadata.namespace.as_deref().unwrap_or(""), &s.name_any())
+        }
+    };
+
+    let server_controller = Controller::for_stream(server_stream, servers.clone())
+        .with_config(
+            ControllerConfig::default()
+                .debounce(Duration::from_millis(200))
+                .concurrency(8),
+        )
+        .owns_stream(cm_stream)
+        .owns_stream(svc_stream)
+        .watches_stream(tool_stream, by_tool)
+        .watches_stream(deployment_stream, by_deployment)
+        .watches_stream(secret_stream, by_secret)
+        .graceful_shutdown_on(stopped(stop_rx.clone()))
+        .run(server::reconcile, server::error_policy, ctx.clone())
+        .for_each(|_| async {});
+
+    let tool_controller = Controller::new(api::<McpTool>(&client, &ns), watcher::Config::default());
+    let tool_store = tool_controller.store();
+    let tool_controller = tool_controller
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
+        .watches(
+            api::<McpServer>(&client, &ns),
+            watcher::Config::default(),
+            move |s: McpServer| {
+                let ns = s.metadata.namespace.clone();
+                let name = s.name_any();
+                tool_store
+                    .state()
+                    .iter()
+                    .filter(|t| t.metadata.namespace == ns && t.spec.server_ref.name == name)
+                    .map(|t| ObjectRef::from_obj(&**t))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(stopped(stop_rx))
+        .run(tool::reconcile, tool::error_policy, ctx.clone())
+        .for_each(|_| async {});
+
+    let gauges = {
+        let metrics = metrics.clone();
+        async move {
+            loop {
+                metrics
+                    .managed
+                    .with_label_values(&["McpServer"])
+                    .set(servers.state().len() as i64);
+                metrics
+                    .managed
+                    .with_label_values(&["McpTool"])
+                    .set(tools.state().len() as i64);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = futures::future::join(server_controller, tool_controller) => {}
+        _ = gauges => {}
+    }
+}
+
+fn server_changed(s: &McpServer) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.metadata.generation.hash(&mut h);
+    s.metadata.deletion_timestamp.is_some().hash(&mut h);
+    s.finalizers().hash(&mut h);
+    s.metadata.uid.hash(&mut h);
+    Some(h.finish())
+}
+
+/// Records the outcome of one reconcile.
+fn observe(ctx: &Context, controller: &'static str, started: Instant, result: &Result<Action, Error>) {
+    let m = &ctx.metrics;
+    m.reconcile_duration
+        .with_label_values(&[controller])
+        .observe(started.elapsed().as_secs_f64());
+    match result {
+        Ok(_) => m.reconciles.with_label_values(&[controller, "ok"]).inc(),
+        Err(e) => {
+            m.reconciles.with_label_values(&[controller, "error"]).inc();
+            m.reconcile_errors.with_label_values(&[controller, e.reason()]).inc();
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! McpTool reconcile: only for tools whose server does not exist (the server's reconcile
+//! reports on every other tool).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use tracing::{instrument, warn};
+
+use super::server::set_tool_status;
+use super::{key, observe, Context, Error};
+use crate::crd::{McpServer, McpTool};
+use crate::status::{condition, kind, reason};
+
+#[instrument(skip_all, fields(tool = %key(&*tool)))]
+pub(super) async fn reconcile(tool: Arc<McpTool>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = check(&tool, &ctx).await;
+    observe(&ctx, "mcptool", started, &result);
+    if result.is_ok() {
+        ctx.reset(&key(&*tool));
+    }
+    result
+}
+
+async fn check(tool: &McpTool, ctx: &Context) -> Result<Action, Error> {
+    let ns = tool.namespace().unwrap_or_default();
+    let server = &tool.spec.server_ref.name;
+    let servers: Api<McpServer> = Api::namespaced(ctx.client.clone(), &ns);
+    if servers.get_metadata_opt(server).await?.is_none() {
+        let message = format!("McpServer {server} not found in namespace {ns}; create it or fix spec.serverRef.name");
+        let cond = condition(
+            kind::ACCEPTED,
+            false,
+            reason::SERVER_NOT_FOUND,
+            message,
+            tool.metadata.generation,
+        );
+        set_tool_status(ctx, tool, cond, None).await?;
+    }
+    Ok(Action::await_change())
+}
+
+pub(super) fn error_policy(tool: Arc<McpTool>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff(key(&*tool));
+    warn!(tool = %key(&*tool), error = %err, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
+    Action::requeue(delay)
+}
