@@ -50,6 +50,8 @@
 # Terminating. Create ServiceAccounts explicitly; use fresh namespaces per test.
 #
 # Environment: TOOLGATE_CACHE (cache root), CONTROL_PLANE_READY_TIMEOUT (seconds, default 90),
+# CONTROL_PLANE_STOP_WITH_PID (start: stop the control plane when that process exits; with
+# CONTROL_PLANE_REMOVE_DIR=1 also remove <dir>; test harnesses use it),
 # CONTROL_PLANE_SERVICE_CIDR (default 127.0.100.0/24: Service ClusterIPs stay on loopback).
 # Needs: go (>= 1.26.0, only to build), openssl, curl; ss and flock are used when present.
 set -euo pipefail
@@ -65,6 +67,8 @@ READY_TIMEOUT=${CONTROL_PLANE_READY_TIMEOUT:-90}
 # Service ClusterIPs come from a loopback range: with no kube-proxy nothing routes them, and a
 # test that connects to one by mistake stays on 127.0.0.0/8 (accepted by v1.34 validation).
 SERVICE_CIDR=${CONTROL_PLANE_SERVICE_CIDR:-127.0.100.0/24}
+
+SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -499,6 +503,15 @@ cmd_start() {
   done
   write_env "$APISERVER_PID" "$ETCD_PID"
   CLEANUP_PIDS=()
+  if [[ -n ${CONTROL_PLANE_STOP_WITH_PID:-} ]]; then
+    # Watchdog: stop (and with CONTROL_PLANE_REMOVE_DIR=1 remove) this control plane once
+    # that process is gone, so a test run that is killed leaves nothing behind.
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
+      "$2" stop "$3" >/dev/null 2>&1; if [[ $4 == 1 ]]; then rm -rf "$3"; fi' \
+      _ "$CONTROL_PLANE_STOP_WITH_PID" "$SELF" "$DIR" "${CONTROL_PLANE_REMOVE_DIR:-0}" \
+      </dev/null >/dev/null 2>&1 &
+    disown $!
+  fi
   t2=$(now_ms)
   log "ready in $(fmt_ms $((t2 - t0))) s (etcd healthy after $(fmt_ms $((t1 - t0))) s," \
     "kube-apiserver /readyz after $(fmt_ms $((t2 - t1))) s more):" \

@@ -25,6 +25,8 @@ const USAGE: &str = "usage: toolgate-operator [options]
                             service account's namespace, else default)
   --lease-name NAME         name of the leader Lease (default toolgate-operator)
   --identity ID             this replica in the Lease (default env POD_NAME, else host-pid)
+  --lease-duration-seconds N  how long a lease lasts without renewal (default 15; renewed
+                            every third of it)
   --no-leader-election      run without a Lease (one replica only)
 The Kubernetes API is reached through KUBECONFIG or the in-cluster service account.";
 
@@ -50,6 +52,7 @@ fn parse(args: &[String]) -> Result<Flags, String> {
     let host = env("HOSTNAME").unwrap_or_else(|| "toolgate-operator".into());
     let mut identity = env("POD_NAME").unwrap_or_else(|| format!("{host}-{}", std::process::id()));
     let mut election = true;
+    let mut lease_seconds = 15u64;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -69,6 +72,13 @@ fn parse(args: &[String]) -> Result<Flags, String> {
             "--lease-namespace" => lease_ns = value()?,
             "--lease-name" => lease_name = value()?,
             "--identity" => identity = value()?,
+            "--lease-duration-seconds" => {
+                lease_seconds = value()?
+                    .parse()
+                    .ok()
+                    .filter(|s| (3..=300).contains(s))
+                    .ok_or("--lease-duration-seconds must be 3-300")?
+            }
             "--no-leader-election" => election = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
@@ -92,8 +102,8 @@ fn parse(args: &[String]) -> Result<Flags, String> {
             namespace: lease_ns,
             name: lease_name,
             identity,
-            duration: Duration::from_secs(15),
-            renew_every: Duration::from_secs(5),
+            duration: Duration::from_secs(lease_seconds),
+            renew_every: Duration::from_secs(lease_seconds) / 3,
         }),
     })
 }
@@ -172,71 +182,74 @@ async fn run(flags: Flags) -> ExitCode {
 
     let mut elector = flags.lease.map(|cfg| LeaderElector::new(client.clone(), cfg));
     admin_state.ready.store(true, Ordering::Relaxed);
-    if let Some(e) = elector.as_mut() {
-        let cfg = e.config().clone();
-        info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "waiting for the lease");
-        loop {
-            match e.try_acquire_or_renew().await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(err) => warn!(error = %err, "lease request failed"),
+    // Lead until shutdown. Losing the lease (another replica took it, or the API server was
+    // unreachable past the renew deadline) stops the controllers and campaigns again, so a
+    // kube-apiserver restart costs a pause, not the process.
+    loop {
+        if let Some(e) = elector.as_mut() {
+            let cfg = e.config().clone();
+            info!(lease = %format!("{}/{}", cfg.namespace, cfg.name), identity = %cfg.identity, "waiting for the lease");
+            loop {
+                match e.try_acquire_or_renew().await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(err) => warn!(error = %err, "lease request failed"),
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(cfg.renew_every) => {}
+                    _ = stopped(stop_rx.clone()) => return ExitCode::SUCCESS,
+                }
             }
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(2)) => {}
-                _ = stopped(stop_rx.clone()) => return ExitCode::SUCCESS,
-            }
+            info!("leading");
         }
-        info!("leading");
-    }
-    metrics.leader.set(1);
-
-    let (lost_tx, lost_rx) = tokio::sync::watch::channel(false);
-    let renew = async {
-        let Some(e) = elector.as_mut() else {
-            return std::future::pending::<()>().await;
-        };
-        let cfg = e.config().clone();
-        let deadline = cfg.duration.mul_f32(2.0 / 3.0);
-        let mut last = Instant::now();
-        loop {
-            tokio::time::sleep(cfg.renew_every).await;
-            match e.try_acquire_or_renew().await {
-                Ok(true) => last = Instant::now(),
-                Ok(false) => {
-                    error!("the lease was taken by another replica");
+        metrics.leader.set(1);
+        let (lost_tx, lost_rx) = tokio::sync::watch::channel(false);
+        let renew = async {
+            let Some(e) = elector.as_mut() else {
+                return std::future::pending::<()>().await;
+            };
+            let cfg = e.config().clone();
+            let deadline = cfg.duration.mul_f32(2.0 / 3.0);
+            let mut last = Instant::now();
+            loop {
+                tokio::time::sleep(cfg.renew_every).await;
+                match e.try_acquire_or_renew().await {
+                    Ok(true) => last = Instant::now(),
+                    Ok(false) => {
+                        error!("the lease was taken by another replica; stepping down");
+                        return;
+                    }
+                    Err(err) => warn!(error = %err, "lease renewal failed"),
+                }
+                if last.elapsed() > deadline {
+                    error!("could not renew the lease in time; stepping down");
                     return;
                 }
-                Err(err) => warn!(error = %err, "lease renewal failed"),
             }
-            if last.elapsed() > deadline {
-                error!("could not renew the lease in time");
-                return;
+        };
+        let stop = {
+            let stop_rx = stop_rx.clone();
+            async move {
+                tokio::select! {
+                    _ = stopped(stop_rx) => {}
+                    _ = stopped(lost_rx) => {}
+                }
             }
-        }
-    };
-    let stop = {
-        let stop_rx = stop_rx.clone();
-        let lost_rx = lost_rx.clone();
-        async move {
-            tokio::select! {
-                _ = stopped(stop_rx) => {}
-                _ = stopped(lost_rx) => {}
+        };
+        let controllers = controller::run(client.clone(), flags.run.clone(), metrics.clone(), stop);
+        tokio::pin!(controllers);
+        let lost = tokio::select! {
+            _ = &mut controllers => false,
+            _ = renew => {
+                let _ = lost_tx.send(true);
+                controllers.await;
+                true
             }
+        };
+        metrics.leader.set(0);
+        if !lost {
+            break;
         }
-    };
-    let controllers = controller::run(client, flags.run, metrics.clone(), stop);
-    tokio::pin!(controllers);
-    let lost = tokio::select! {
-        _ = &mut controllers => false,
-        _ = renew => {
-            let _ = lost_tx.send(true);
-            controllers.await;
-            true
-        }
-    };
-    metrics.leader.set(0);
-    if lost {
-        return ExitCode::FAILURE;
     }
     if let Some(e) = elector.as_mut() {
         if let Err(err) = e.release().await {

@@ -10,7 +10,9 @@ use toolgate_proxy::{reload, start, StartOptions};
 const EX_USAGE: u8 = 64;
 
 const USAGE: &str = "usage:
-  toolgate-proxy --config FILE [--reload-interval-ms N]   serve MCP in front of the configured upstream
+  toolgate-proxy --config FILE [--reload-interval-ms N] [--bind-host IP]
+                                      serve MCP in front of the configured upstream;
+                                      --bind-host overrides the listen hosts (ports kept)
   toolgate-proxy check FILE                               validate a config; list every problem
   toolgate-proxy schema                                   print the JSON Schema of ProxyConfig
   toolgate-proxy --version";
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
 fn serve(args: &[String]) -> ExitCode {
     let mut config = None;
     let mut interval = Duration::from_secs(1);
+    let mut bind_host = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -80,6 +83,10 @@ fn serve(args: &[String]) -> ExitCode {
             "--reload-interval-ms" => match it.next().and_then(|v| v.parse::<u64>().ok()).filter(|v| *v > 0) {
                 Some(ms) => interval = Duration::from_millis(ms),
                 None => return usage_error("--reload-interval-ms needs a positive number"),
+            },
+            "--bind-host" => match it.next().and_then(|v| v.parse::<std::net::IpAddr>().ok()) {
+                Some(ip) => bind_host = Some(ip),
+                None => return usage_error("--bind-host needs an IP address, for example 127.0.0.1"),
             },
             other => return usage_error(&format!("unknown argument `{other}`")),
         }
@@ -117,6 +124,7 @@ fn serve(args: &[String]) -> ExitCode {
             StartOptions {
                 config_path: Some(path),
                 reload_interval: interval,
+                bind_host,
             },
         )
         .await

@@ -28,6 +28,9 @@ pub struct StartOptions {
     pub config_path: Option<PathBuf>,
     /// How often the config file is checked for changes.
     pub reload_interval: Duration,
+    /// Bind both listeners on this address instead of the host in `server.listen` and
+    /// `server.adminListen` (ports are kept): runs a pod's config outside the pod.
+    pub bind_host: Option<std::net::IpAddr>,
 }
 
 impl Default for StartOptions {
@@ -35,6 +38,7 @@ impl Default for StartOptions {
         Self {
             config_path: None,
             reload_interval: Duration::from_secs(1),
+            bind_host: None,
         }
     }
 }
@@ -95,8 +99,12 @@ impl Running {
     }
 }
 
-async fn bind(addr: &str) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr).await.map_err(|source| StartError::Bind {
+async fn bind(addr: &str, host: Option<std::net::IpAddr>) -> Result<TcpListener, StartError> {
+    let addr = match (host, addr.parse::<std::net::SocketAddr>()) {
+        (Some(ip), Ok(a)) => std::net::SocketAddr::new(ip, a.port()).to_string(),
+        _ => addr.to_string(),
+    };
+    TcpListener::bind(&addr).await.map_err(|source| StartError::Bind {
         addr: addr.to_string(),
         source,
     })
@@ -107,8 +115,8 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
     let runtime = Runtime::compile(config, 1)?;
     let grace = Duration::from_secs(runtime.config.server.shutdown_grace_seconds);
     let max_connections = runtime.config.server.max_connections;
-    let mcp_listener = bind(&runtime.config.server.listen).await?;
-    let admin_listener = bind(&runtime.config.server.admin_listen).await?;
+    let mcp_listener = bind(&runtime.config.server.listen, opts.bind_host).await?;
+    let admin_listener = bind(&runtime.config.server.admin_listen, opts.bind_host).await?;
     let mcp_addr = mcp_listener.local_addr().map_err(|source| StartError::Bind {
         addr: "mcp".into(),
         source,

@@ -83,6 +83,7 @@ async fn setup_on(name: &str, policy: &str, mcp_port: u16) -> Setup {
         StartOptions {
             config_path: Some(path),
             reload_interval: Duration::from_millis(50),
+            ..StartOptions::default()
         },
     )
     .await

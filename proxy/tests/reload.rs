@@ -29,6 +29,7 @@ async fn start_watching(path: &Path) -> Running {
         StartOptions {
             config_path: Some(path.to_path_buf()),
             reload_interval: Duration::from_millis(50),
+            ..StartOptions::default()
         },
     )
     .await

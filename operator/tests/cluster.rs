@@ -1,0 +1,680 @@
+//! The operator against a real kube-apiserver + etcd (started by the harness): CRDs, CEL,
+//! reconcile, status, hot-reloadable tool edits, deletion, restarts and leader election.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, Service};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+use toolgate_operator::crd::{McpServer, McpTool};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn get_server(c: &Client, ns: &str, name: &str) -> Value {
+    serde_json::to_value(
+        Api::<McpServer>::namespaced(c.clone(), ns)
+            .get(name)
+            .await
+            .expect("server"),
+    )
+    .unwrap()
+}
+
+async fn get_tool(c: &Client, ns: &str, name: &str) -> Value {
+    serde_json::to_value(Api::<McpTool>::namespaced(c.clone(), ns).get(name).await.expect("tool")).unwrap()
+}
+
+async fn wait_condition(
+    c: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    let what = format!("{kind} {ns}/{name} {type_}={status} ({reason})");
+    let mut last = Value::Null;
+    let found = tokio::time::timeout(WAIT, async {
+        loop {
+            let o = if kind == "McpServer" {
+                get_server(c, ns, name).await
+            } else {
+                get_tool(c, ns, name).await
+            };
+            if let Some((s, r, m)) = condition(&o, type_) {
+                if s == status && r == reason {
+                    return m;
+                }
+            }
+            last = o["status"].clone();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; last status: {last}"))
+}
+
+async fn config_text(c: &Client, ns: &str, name: &str) -> Option<String> {
+    let cm = Api::<ConfigMap>::namespaced(c.clone(), ns)
+        .get_opt(&format!("{name}-toolgate"))
+        .await
+        .ok()??;
+    cm.data?.get("proxy.yaml").cloned()
+}
+
+fn tool_names(text: &str) -> Vec<String> {
+    let cfg = toolgate_config::parse_yaml(text).expect("the proxy loads the rendered config");
+    cfg.validate().expect("and it validates");
+    cfg.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+fn api_error(e: kube::Error) -> (u16, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn crds_install_and_cel_rules_reject_bad_objects_at_apply() {
+    let c = client().await;
+    let ns = namespace(&c, "cel").await;
+    let post = |kind: &str, body: Value| {
+        let c = c.clone();
+        let ns = ns.clone();
+        let kind = kind.to_string();
+        async move {
+            let r = if kind == "McpTool" {
+                let t: McpTool = serde_json::from_value(body).unwrap();
+                Api::<McpTool>::namespaced(c, &ns)
+                    .create(&PostParams::default(), &t)
+                    .await
+                    .map(|_| ())
+            } else {
+                let s: McpServer = serde_json::from_value(body).unwrap();
+                Api::<McpServer>::namespaced(c, &ns)
+                    .create(&PostParams::default(), &s)
+                    .await
+                    .map(|_| ())
+            };
+            api_error(r.expect_err("the apiserver must refuse this object"))
+        }
+    };
+    let (code, msg) = post("McpTool", tool("t1", "bad name!", json!({}))).await;
+    assert_eq!(code, 422);
+    assert!(msg.contains("must be 1-128 characters"), "{msg}");
+    let (_, msg) = post("McpTool", tool("t2", "ok", json!({"inputSchema": {"type": "array"}}))).await;
+    assert!(msg.contains("inputSchema must have type: object at its root"), "{msg}");
+    let (_, msg) = post(
+        "McpTool",
+        tool("t3", "ok", json!({"http": {"method": "GET", "path": "customers"}})),
+    )
+    .await;
+    assert!(msg.contains("http.path must start with /"), "{msg}");
+    let (_, msg) = post("McpServer", server("s1", json!({"upstream": {"port": 8080}}))).await;
+    assert!(msg.contains("Sidecar mode needs workloadRef"), "{msg}");
+    let (_, msg) = post(
+        "McpServer",
+        server("s2", json!({"mode": "Gateway", "upstream": {"port": 8080}})),
+    )
+    .await;
+    assert!(msg.contains("Gateway mode needs upstream.service"), "{msg}");
+    let (_, msg) = post(
+        "McpServer",
+        server(
+            "s3",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}, "auth": {"mode": "apiKey"}}),
+        ),
+    )
+    .await;
+    assert!(msg.contains("need credentialsSecretRef"), "{msg}");
+    // A valid pair is accepted, with the defaults filled in by the schema.
+    let s: McpServer = serde_json::from_value(server(
+        "shop",
+        json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+    ))
+    .unwrap();
+    let created = Api::<McpServer>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .expect("valid server");
+    assert_eq!(created.spec.port, 8931);
+    assert!(created.spec.read_only, "readOnly defaults to true");
+}
+
+#[tokio::test]
+async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_deletion_restores_the_deployment() {
+    let c = client().await;
+    let ns = namespace(&c, "reconcile").await;
+    let _d: Deployment = apply(&c, &ns, deployment("shop")).await;
+    let original = template(&c, &ns, "shop").await;
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool(
+            "bad-mapping",
+            "get_order",
+            json!({"http": {"method": "GET", "path": "/orders/{orderId}"}}),
+        ),
+    )
+    .await;
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool("create-ticket", "create_ticket", json!({"http": {"method": "POST", "path": "/tickets"}, "inputSchema": {"type": "object", "properties": {"subject": {"type": "string"}}}})),
+    )
+    .await;
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+        ),
+    )
+    .await;
+    let op = Operator::start(&ns, "toolgate", &[]);
+
+    let ready = wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
+    assert!(ready.contains("serving 1 tools"), "{ready}");
+    let s = get_server(&c, &ns, "shop").await;
+    assert_eq!(s["status"]["tools"], 1);
+    assert_eq!(s["status"]["endpoint"], format!("http://shop-mcp.{ns}.svc:8931/mcp"));
+    assert_eq!(s["status"]["observedGeneration"], s["metadata"]["generation"]);
+    assert_eq!(condition(&s, "SidecarInjected").unwrap().0, "True");
+    assert_eq!(condition(&s, "ConfigRendered").unwrap().0, "True");
+
+    // The ConfigMap: exactly the accepted tool, hash annotation = status, owned by the server.
+    let cm = Api::<ConfigMap>::namespaced(c.clone(), &ns)
+        .get("shop-toolgate")
+        .await
+        .unwrap();
+    assert_eq!(tool_names(&cm.data.as_ref().unwrap()["proxy.yaml"]), ["get_customer"]);
+    assert_eq!(
+        cm.metadata.annotations.as_ref().unwrap()["toolgate.dev/config-hash"],
+        s["status"]["configHash"].as_str().unwrap()
+    );
+    assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].name, "shop");
+
+    // Each tool says whether it is served, and why not.
+    wait_condition(&c, &ns, "McpTool", "get-customer", "Accepted", "True", "Accepted").await;
+    let m = wait_condition(&c, &ns, "McpTool", "bad-mapping", "Accepted", "False", "InvalidMapping").await;
+    assert!(m.contains("orderId"), "{m}");
+    let m = wait_condition(
+        &c,
+        &ns,
+        "McpTool",
+        "create-ticket",
+        "Accepted",
+        "False",
+        "ReadOnlyServer",
+    )
+    .await;
+    assert!(m.contains("readOnly: false"), "{m}");
+
+    // The sidecar: a native sidecar with the config volume; the app container untouched.
+    let t = template(&c, &ns, "shop").await;
+    let init = &t["spec"]["initContainers"][0];
+    assert_eq!(init["name"], "toolgate-proxy");
+    assert_eq!(init["restartPolicy"], "Always");
+    assert_eq!(t["spec"]["containers"], original["spec"]["containers"]);
+    let vols: Vec<&str> = t["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vols, ["data", "toolgate-config"]);
+
+    // The Service selects the workload's pods.
+    let svc = Api::<Service>::namespaced(c.clone(), &ns)
+        .get("shop-mcp")
+        .await
+        .unwrap();
+    let spec = svc.spec.unwrap();
+    assert_eq!(spec.selector.unwrap()["app"], "shop");
+    assert_eq!(spec.ports.unwrap()[0].port, 8931);
+
+    // Events with specific reasons.
+    let events = Api::<Event>::namespaced(c.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let reasons: Vec<String> = events.items.iter().filter_map(|e| e.reason.clone()).collect();
+    for r in ["ConfigApplied", "SidecarApplied", "InvalidMapping", "ReadOnlyServer"] {
+        assert!(reasons.iter().any(|x| x == r), "no {r} event in {reasons:?}");
+    }
+
+    // A tool edit reaches the ConfigMap and leaves the pod template alone (no rollout).
+    let before = Api::<Deployment>::namespaced(c.clone(), &ns).get("shop").await.unwrap();
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool(
+            "get-customer",
+            "get_customer",
+            json!({"description": "Look up one customer by id"}),
+        ),
+    )
+    .await;
+    eventually("the edit in the ConfigMap", WAIT, || async {
+        config_text(&c, &ns, "shop")
+            .await
+            .filter(|t| t.contains("Look up one customer by id"))
+    })
+    .await;
+    // Serving write tools is config too: no rollout either.
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}, "readOnly": false}),
+        ),
+    )
+    .await;
+    wait_condition(&c, &ns, "McpTool", "create-ticket", "Accepted", "True", "Accepted").await;
+    let text = config_text(&c, &ns, "shop").await.unwrap();
+    assert_eq!(tool_names(&text), ["create_ticket", "get_customer"]);
+    let after = Api::<Deployment>::namespaced(c.clone(), &ns).get("shop").await.unwrap();
+    assert_eq!(
+        after.metadata.generation, before.metadata.generation,
+        "tool changes must not change the Deployment"
+    );
+    assert_eq!(after.spec.unwrap().template, before.spec.unwrap().template);
+
+    // A second image is a restart-worthy change: the template changes.
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server("shop", json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}, "readOnly": false, "image": "toolgate/toolgate-proxy:next"})),
+    )
+    .await;
+    eventually("the new image in the pod template", WAIT, || async {
+        let t = template(&c, &ns, "shop").await;
+        (t["spec"]["initContainers"][0]["image"] == "toolgate/toolgate-proxy:next").then_some(())
+    })
+    .await;
+
+    // Deleting the server removes exactly what the operator added.
+    Api::<McpServer>::namespaced(c.clone(), &ns)
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the McpServer gone (finalizer done)", WAIT, || async {
+        Api::<McpServer>::namespaced(c.clone(), &ns)
+            .get_opt("shop")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let restored = Api::<Deployment>::namespaced(c.clone(), &ns).get("shop").await.unwrap();
+    assert_eq!(serde_json::to_value(restored.spec.unwrap().template).unwrap(), original);
+    let annotations = restored.metadata.annotations.unwrap_or_default();
+    assert!(
+        annotations.keys().all(|k| !k.starts_with("toolgate.dev/")),
+        "{annotations:?}"
+    );
+    assert!(Api::<ConfigMap>::namespaced(c.clone(), &ns)
+        .get_opt("shop-toolgate")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(Api::<Service>::namespaced(c.clone(), &ns)
+        .get_opt("shop-mcp")
+        .await
+        .unwrap()
+        .is_none());
+    // Its tools now point at nothing, and say so.
+    wait_condition(
+        &c,
+        &ns,
+        "McpTool",
+        "get-customer",
+        "Accepted",
+        "False",
+        "ServerNotFound",
+    )
+    .await;
+    drop(op);
+}
+
+#[tokio::test]
+async fn a_restarted_operator_converges_and_then_writes_nothing() {
+    let c = client().await;
+    let ns = namespace(&c, "restart").await;
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    for i in 0..5 {
+        let _: McpTool = apply(&c, &ns, tool(&format!("tool-{i}"), &format!("tool_{i}"), json!({}))).await;
+    }
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+        ),
+    )
+    .await;
+    let mut first = Operator::start(&ns, "toolgate", &[]);
+    eventually("a first ConfigMap", WAIT, || async {
+        config_text(&c, &ns, "shop").await
+    })
+    .await;
+    first.stop_with("-KILL");
+
+    // Changes while no operator runs.
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool("tool-0", "tool_0", json!({"description": "changed while down"})),
+    )
+    .await;
+    Api::<McpTool>::namespaced(c.clone(), &ns)
+        .delete("tool-4", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let second = Operator::start(&ns, "toolgate", &["--lease-duration-seconds", "3"]);
+    eventually("the changes rendered", WAIT, || async {
+        let t = config_text(&c, &ns, "shop").await?;
+        (t.contains("changed while down") && !t.contains("tool_4")).then_some(())
+    })
+    .await;
+    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
+    for i in 0..4 {
+        let name = format!("tool-{i}");
+        wait_condition(&c, &ns, "McpTool", &name, "Accepted", "True", "Accepted").await;
+        eventually("the tool's status describes its generation", WAIT, || async {
+            let t = get_tool(&c, &ns, &name).await;
+            (t["status"]["observedGeneration"] == t["metadata"]["generation"]).then_some(())
+        })
+        .await;
+    }
+    drop(second);
+
+    // A third start on a converged namespace: every reconcile is a no-op.
+    let third = Operator::start(&ns, "toolgate", &["--lease-duration-seconds", "3"]);
+    eventually("the third operator reconciled the server", WAIT, || async {
+        (third
+            .metrics()
+            .get("toolgate_operator_reconciles_total{controller=\"mcpserver\",result=\"ok\"}")
+            .copied()?
+            >= 1.0)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = third.total("toolgate_operator_api_writes_total");
+    assert_eq!(
+        writes,
+        0.0,
+        "a converged resync must write nothing: {:?}\n{}",
+        third.metrics(),
+        third.logs()
+    );
+}
+
+#[tokio::test]
+async fn gateway_mode_runs_its_own_deployment_and_becomes_ready_when_available() {
+    let c = client().await;
+    let ns = namespace(&c, "gateway").await;
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"mode": "Gateway", "upstream": {"service": {"name": "shop-api", "port": 80}}, "replicas": 1}),
+        ),
+    )
+    .await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    let m = wait_condition(
+        &c,
+        &ns,
+        "McpServer",
+        "shop",
+        "GatewayAvailable",
+        "False",
+        "GatewayProgressing",
+    )
+    .await;
+    assert!(m.contains("0/1"), "{m}");
+    let gw = Api::<Deployment>::namespaced(c.clone(), &ns)
+        .get("shop-gateway")
+        .await
+        .unwrap();
+    let pod = gw.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod.containers[0].name, "toolgate-proxy");
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let svc = Api::<Service>::namespaced(c.clone(), &ns)
+        .get("shop-mcp")
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.spec.unwrap().selector.unwrap()["app.kubernetes.io/name"],
+        "toolgate-gateway"
+    );
+    let text = config_text(&c, &ns, "shop").await.unwrap();
+    assert!(
+        text.contains(&format!("baseUrl: http://shop-api.{ns}.svc:80")),
+        "{text}"
+    );
+
+    // Play the Deployment controller: one replica available.
+    Api::<Deployment>::namespaced(c.clone(), &ns)
+        .patch_status(
+            "shop-gateway",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}})),
+        )
+        .await
+        .unwrap();
+    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
+}
+
+#[tokio::test]
+async fn a_missing_secret_holds_the_sidecar_until_it_exists_and_is_never_copied() {
+    let c = client().await;
+    let ns = namespace(&c, "secret").await;
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let spec = json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080},
+        "auth": {"mode": "apiKey", "credentialsSecretRef": {"name": "shop-keys", "key": "credentials.yaml"}}});
+    let _: McpServer = apply(&c, &ns, server("shop", spec)).await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    let m = wait_condition(
+        &c,
+        &ns,
+        "McpServer",
+        "shop",
+        "SidecarInjected",
+        "False",
+        "SecretNotFound",
+    )
+    .await;
+    assert!(m.contains("shop-keys"), "{m}");
+    assert!(template(&c, &ns, "shop").await["spec"].get("initContainers").is_none());
+
+    let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "shop-keys"},
+        "stringData": {"credentials.yaml": "credentials:\n- id: agent\n  key: s3cr3t-value-never-copied\n  role: viewer\n"}})).unwrap();
+    Api::<Secret>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
+    let t = template(&c, &ns, "shop").await;
+    let vol = t["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "toolgate-auth-credentials")
+        .cloned()
+        .unwrap();
+    assert_eq!(vol["secret"]["secretName"], "shop-keys");
+    let text = config_text(&c, &ns, "shop").await.unwrap();
+    assert!(
+        text.contains("credentialsFile: /etc/toolgate/secrets/auth-credentials/credentials.yaml"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cr3t"), "a secret value reached the ConfigMap");
+}
+
+#[tokio::test]
+async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
+    let c = client().await;
+    let ns = namespace(&c, "leader").await;
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+        ),
+    )
+    .await;
+    let args = ["--lease-duration-seconds", "3"];
+    let mut a = Operator::start(&ns, "toolgate", &args);
+    let b = Operator::start(&ns, "toolgate", &args);
+    let leader = |o: &Operator| o.metrics().get("toolgate_operator_leader").copied();
+    eventually("exactly one leader", WAIT, || async {
+        match (leader(&a), leader(&b)) {
+            (Some(x), Some(y)) if x + y == 1.0 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
+    let (mut gone, standby) = if leader(&a) == Some(1.0) { (a, b) } else { (b, a) };
+    assert_eq!(
+        standby.total("toolgate_operator_reconciles_total"),
+        0.0,
+        "the standby must not reconcile"
+    );
+    gone.stop_with("-KILL");
+    eventually("the standby leads", WAIT, || async {
+        (leader(&standby) == Some(1.0)).then_some(())
+    })
+    .await;
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool("get-customer", "get_customer", json!({"description": "after failover"})),
+    )
+    .await;
+    eventually("the new leader renders the edit", WAIT, || async {
+        config_text(&c, &ns, "shop")
+            .await
+            .filter(|t| t.contains("after failover"))
+    })
+    .await;
+    a = standby;
+    drop(a);
+}
+
+// Multi-threaded: the example service and the projection run while the client blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_without_a_restart() {
+    let c = client().await;
+    let ns = namespace(&c, "e2e").await;
+    let upstream = toolgate_example_service::spawn().await.expect("example service");
+    let (mcp_port, admin_port) = (free_port(), free_port());
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool(
+            "get-customer",
+            "get_customer",
+            json!({"response": {"pick": ["/id", "/name"]}}),
+        ),
+    )
+    .await;
+    let spec = json!({"workloadRef": {"name": "shop"}, "upstream": {"port": upstream.port()}, "port": mcp_port, "adminPort": admin_port});
+    let _: McpServer = apply(&c, &ns, server("shop", spec)).await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
+
+    // The kubelet's part: mount the ConfigMap, start the container with the args the operator
+    // put in the pod template (the listen host moved to loopback: no pod network here).
+    let t = template(&c, &ns, "shop").await;
+    let init = &t["spec"]["initContainers"][0];
+    let args: Vec<String> = serde_json::from_value(init["args"].clone()).unwrap();
+    assert_eq!(args, ["--config", "/etc/toolgate/config/proxy.yaml"]);
+    let mount = control_plane().dir.join(format!("{ns}-config"));
+    let _projection = Projection::start(&c, &ns, "shop-toolgate", mount.clone()).await;
+    let proxy_bin = std::path::Path::new(env!("CARGO_BIN_EXE_toolgate-operator")).with_file_name("toolgate-proxy");
+    assert!(
+        proxy_bin.exists(),
+        "{} is missing: cargo build -p toolgate-proxy",
+        proxy_bin.display()
+    );
+    let mut proxy = std::process::Command::new(&proxy_bin)
+        .args([
+            "--config",
+            mount.join("proxy.yaml").to_str().unwrap(),
+            "--bind-host",
+            "127.0.0.1",
+            "--reload-interval-ms",
+            "200",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start toolgate-proxy");
+    let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    eventually("the proxy ready", WAIT, || async { http_get(admin, "/readyz") }).await;
+
+    let url = format!("http://127.0.0.1:{mcp_port}/mcp");
+    let first = mcp_client(&url, Some(("get_customer", json!({"id": "42"}))));
+    assert_eq!(first["serverName"], "shop");
+    assert_eq!(
+        first["tools"].as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["get_customer"]
+    );
+    let env = &first["call"]["envelope"];
+    assert_eq!(first["call"]["isError"], false, "{env}");
+    assert_eq!(env["status"], "success");
+    assert_eq!(env["data"]["id"], "42");
+    assert_eq!(env["toolName"], "get_customer");
+
+    // An McpTool edit and a new McpTool reach the running proxy by hot reload.
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool(
+            "get-customer",
+            "get_customer",
+            json!({"description": "Edited in the cluster", "response": {"pick": ["/id", "/name"]}}),
+        ),
+    )
+    .await;
+    let _: McpTool = apply(&c, &ns, tool("get-customer-v2", "get_customer_v2", json!({}))).await;
+    let second = eventually("the edit served by the same proxy process", WAIT, || async {
+        let out = mcp_client(&url, None);
+        (out["tools"].as_object()?.len() == 2).then_some(out)
+    })
+    .await;
+    assert!(
+        second["tools"]["get_customer"]
+            .as_str()
+            .unwrap()
+            .contains("Edited in the cluster"),
+        "{second}"
+    );
+    assert!(proxy.try_wait().unwrap().is_none(), "the proxy must not have restarted");
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}

@@ -1,0 +1,442 @@
+//! Harness for tests against a real kube-apiserver + etcd (e2e/control-plane.sh): one
+//! control plane per test binary, a fresh namespace per test, the operator as a real process.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::{json, Value};
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+/// A running control plane, stopped by the script's watchdog when this process exits.
+pub struct ControlPlane {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+static CONTROL_PLANE: OnceLock<ControlPlane> = OnceLock::new();
+
+/// Starts (once per test binary) a control plane and installs the CRDs from `crds/`.
+pub fn control_plane() -> &'static ControlPlane {
+    CONTROL_PLANE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("toolgate-cp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let status = Command::new(repo().join("e2e/control-plane.sh"))
+            .arg("start")
+            .arg(&dir)
+            .env("CONTROL_PLANE_STOP_WITH_PID", std::process::id().to_string())
+            .env("CONTROL_PLANE_REMOVE_DIR", "1")
+            .stdout(Stdio::null())
+            .status()
+            .expect("run e2e/control-plane.sh");
+        assert!(
+            status.success(),
+            "e2e/control-plane.sh start failed (see its output above)"
+        );
+        let cp = ControlPlane {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+        };
+        let kubeconfig = cp.kubeconfig.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("rt");
+            rt.block_on(install_crds(&kubeconfig));
+        })
+        .join()
+        .expect("CRDs installed");
+        cp
+    })
+}
+
+async fn install_crds(kubeconfig: &Path) {
+    let client = client_for(kubeconfig).await;
+    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let text = std::fs::read_to_string(repo().join("crds/toolgate.yaml")).expect("crds/toolgate.yaml");
+    let mut names = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let crd: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+        if crd.is_null() {
+            continue;
+        }
+        let name = crd["metadata"]["name"].as_str().expect("name").to_string();
+        api.patch(
+            &name,
+            &PatchParams::apply("toolgate-tests").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the apiserver refused CRD {name}: {e}"));
+        names.push(name);
+    }
+    for name in names {
+        eventually(&format!("CRD {name} established"), Duration::from_secs(20), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                let established = crd
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    Client::try_from(cfg).expect("client")
+}
+
+/// An admin client of the shared control plane.
+pub async fn client() -> Client {
+    client_for(&control_plane().kubeconfig).await
+}
+
+/// A fresh namespace `<prefix>-<n>`.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_micros();
+    let name = format!("{prefix}-{n}");
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace");
+    name
+}
+
+/// Polls `f` every 100 ms until it returns Some, or panics naming `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Server-side applies `object` (JSON with apiVersion/kind/metadata) as the test's manager.
+pub async fn apply<K>(client: &Client, ns: &str, object: Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let name = object["metadata"]["name"].as_str().expect("name").to_string();
+    Api::<K>::namespaced(client.clone(), ns)
+        .patch(
+            &name,
+            &PatchParams::apply("kubectl-test").force(),
+            &Patch::Apply(&object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply {name}: {e}"))
+}
+
+/// A plain Deployment `name` (label app=name) as a platform team would have it.
+pub fn deployment(name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "containers": [{"name": "app", "image": "example/shop:1", "ports": [{"containerPort": 8080}]}],
+                    "volumes": [{"name": "data", "emptyDir": {}}]
+                }
+            }
+        }
+    })
+}
+
+pub fn server(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpServer", "metadata": {"name": name}, "spec": spec})
+}
+
+/// An McpTool of server `shop` (`GET /customers/{id}` unless `extra` says otherwise).
+pub fn tool(object: &str, name: &str, extra: Value) -> Value {
+    let mut spec = json!({
+        "serverRef": {"name": "shop"},
+        "name": name,
+        "description": format!("{name}: look up a customer"),
+        "inputSchema": {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]},
+        "http": {"method": "GET", "path": "/customers/{id}"}
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        spec[k] = v;
+    }
+    json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": object}, "spec": spec})
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `toolgate-operator` process watching one namespace.
+pub struct Operator {
+    child: Child,
+    pub admin: SocketAddr,
+    pub log: PathBuf,
+}
+
+impl Operator {
+    /// Starts the operator for `ns` with lease `<ns>/<lease>`.
+    pub fn start(ns: &str, lease: &str, extra: &[&str]) -> Self {
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = control_plane().dir.join(format!("operator-{ns}-{}.log", admin.port()));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
+            .args(["--namespace", ns, "--lease-namespace", ns, "--lease-name", lease])
+            .args([
+                "--admin-listen",
+                &admin.to_string(),
+                "--identity",
+                &format!("op-{}", admin.port()),
+            ])
+            .args(["--lease-duration-seconds", "3"])
+            .args(extra)
+            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .env("TOOLGATE_LOG", "info,kube_runtime=warn")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("start toolgate-operator");
+        Self { child, admin, log }
+    }
+
+    /// Sends `signal` and waits for the process to exit.
+    pub fn stop_with(&mut self, signal: &str) {
+        let _ = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+
+    /// The operator's log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `/metrics`, parsed into `name{labels}` → value.
+    pub fn metrics(&self) -> BTreeMap<String, f64> {
+        let body = http_get(self.admin, "/metrics").unwrap_or_default();
+        body.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .filter_map(|l| {
+                l.rsplit_once(' ')
+                    .and_then(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            })
+            .collect()
+    }
+
+    /// Sum of every series of `name`.
+    pub fn total(&self, name: &str) -> f64 {
+        self.metrics()
+            .iter()
+            .filter(|(k, _)| k.split('{').next() == Some(name))
+            .map(|(_, v)| v)
+            .sum()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bare HTTP/1.0 GET on loopback; the body on 200.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    (head.split(' ').nth(1) == Some("200")).then(|| body.to_string())
+}
+
+/// The pod template of Deployment `name`.
+pub async fn template(client: &Client, ns: &str, name: &str) -> Value {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("deployment");
+    serde_json::to_value(d.spec.expect("spec").template).unwrap()
+}
+
+/// `status.conditions[type]` of a custom object as (status, reason, message).
+pub fn condition(object: &Value, type_: &str) -> Option<(String, String, String)> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+                c["message"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+/// Plays the kubelet for one ConfigMap: projects its data into `dir` the way a volume mount
+/// does (`..<stamp>/` holding the files, `..data` → it, swapped atomically; each key a
+/// symlink through `..data`), and again whenever the ConfigMap changes.
+pub struct Projection {
+    pub dir: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Projection {
+    pub async fn start(client: &Client, ns: &str, name: &str, dir: PathBuf) -> Self {
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+        let first = eventually(&format!("ConfigMap {name}"), Duration::from_secs(30), || async {
+            api.get_opt(name).await.ok().flatten()
+        })
+        .await;
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut version = first.metadata.resource_version.clone();
+        project(&dir, &first.data.clone().unwrap_or_default());
+        let d = dir.clone();
+        let name = name.to_string();
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let Ok(Some(cm)) = api.get_opt(&name).await else {
+                    continue;
+                };
+                if cm.metadata.resource_version != version {
+                    version = cm.metadata.resource_version.clone();
+                    project(&d, &cm.data.clone().unwrap_or_default());
+                }
+            }
+        });
+        Self { dir, task }
+    }
+}
+
+impl Drop for Projection {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn project(dir: &Path, data: &BTreeMap<String, String>) {
+    let stamp = format!(
+        "..{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let target = dir.join(&stamp);
+    std::fs::create_dir(&target).unwrap();
+    for (k, v) in data {
+        std::fs::write(target.join(k), v).unwrap();
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp).unwrap();
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    for k in data.keys() {
+        let link = dir.join(k);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(k), &link).unwrap();
+        }
+    }
+    if let Some(old) = old {
+        let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+}
+
+/// The Python interpreter of the venv made by tests/clients/install.sh.
+pub fn python() -> PathBuf {
+    let p = std::env::var_os("TOOLGATE_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("TOOLGATE_CACHE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/toolgate"));
+            cache.join("venv/bin/python")
+        });
+    assert!(
+        p.exists(),
+        "{} is missing: run tests/clients/install.sh (the official MCP Python SDK)",
+        p.display()
+    );
+    p
+}
+
+/// One session of the official MCP Python SDK (e2e/mcp_client.py) against `url`.
+pub fn mcp_client(url: &str, call: Option<(&str, Value)>) -> Value {
+    let mut cmd = Command::new(python());
+    cmd.arg(repo().join("e2e/mcp_client.py")).arg(url);
+    if let Some((tool, args)) = call {
+        cmd.arg(tool).arg(args.to_string());
+    }
+    let out = cmd.output().expect("run the MCP client");
+    assert!(
+        out.status.success(),
+        "MCP client failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("client output is JSON")
+}
+
+/// Stops kube-apiserver and starts it again on the same port and etcd.
+pub fn restart_apiserver() {
+    let status = Command::new(repo().join("e2e/control-plane.sh"))
+        .arg("restart-apiserver")
+        .arg(&control_plane().dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run e2e/control-plane.sh");
+    assert!(status.success(), "restart-apiserver failed");
+}
