@@ -559,9 +559,12 @@ pub(super) async fn set_tool_status(
     tier: Option<toolgate_config::Tier>,
 ) -> Result<(), Error> {
     let current = tool.status.clone().unwrap_or_default();
-    let changed = current
-        .condition(&cond.type_)
-        .is_none_or(|o| o.status != cond.status || o.reason != cond.reason);
+    // Events for rejections, and for a rejected tool becoming accepted; a tool accepted on
+    // first sight is not news (one Event per tool would flood a namespace with many tools).
+    let changed = match current.condition(&cond.type_) {
+        None => cond.status != "True",
+        Some(o) => o.status != cond.status || o.reason != cond.reason,
+    };
     let event = (cond.status.clone(), cond.reason.clone(), cond.message.clone());
     let desired = McpToolStatus {
         conditions: merge(current.conditions(), vec![cond], now()),

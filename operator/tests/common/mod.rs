@@ -255,6 +255,11 @@ impl Operator {
         let _ = self.child.wait();
     }
 
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The operator's log so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
