@@ -24,6 +24,13 @@ pub const SERVER_ANNOTATION: &str = "toolgate.dev/server";
 pub const HASH_ANNOTATION: &str = "toolgate.dev/applied-hash";
 /// Volume holding the rendered config.
 pub const CONFIG_VOLUME: &str = "toolgate-config";
+/// Every volume name the operator may add to a pod.
+pub const VOLUMES: [&str; 4] = [
+    CONFIG_VOLUME,
+    "toolgate-auth-credentials",
+    "toolgate-oauth-jwks",
+    "toolgate-upstream-credential",
+];
 
 /// Operator-wide settings that end up in pods.
 #[derive(Debug, Clone)]
@@ -107,7 +114,9 @@ pub fn proxy_volumes(server: &McpServer, mounts: &[SecretMount]) -> Vec<Value> {
 }
 
 fn volume_name(m: &SecretMount) -> String {
-    format!("toolgate-{}", m.volume)
+    let name = format!("toolgate-{}", m.volume);
+    debug_assert!(VOLUMES.contains(&name.as_str()), "{name} missing from VOLUMES");
+    name
 }
 
 /// The server-side-apply patch that adds the sidecar to Deployment `deployment`.

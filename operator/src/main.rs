@@ -213,13 +213,15 @@ async fn run(flags: Flags) -> ExitCode {
             let mut last = Instant::now();
             loop {
                 tokio::time::sleep(cfg.renew_every).await;
-                match e.try_acquire_or_renew().await {
-                    Ok(true) => last = Instant::now(),
-                    Ok(false) => {
+                // Bounded, so a stalled connection cannot keep a leader past its deadline.
+                match tokio::time::timeout(cfg.renew_every, e.try_acquire_or_renew()).await {
+                    Ok(Ok(true)) => last = Instant::now(),
+                    Ok(Ok(false)) => {
                         error!("the lease was taken by another replica; stepping down");
                         return;
                     }
-                    Err(err) => warn!(error = %err, "lease renewal failed"),
+                    Ok(Err(err)) => warn!(error = %err, "lease renewal failed"),
+                    Err(_) => warn!("lease renewal timed out"),
                 }
                 if last.elapsed() > deadline {
                     error!("could not renew the lease in time; stepping down");
@@ -241,8 +243,9 @@ async fn run(flags: Flags) -> ExitCode {
         let lost = tokio::select! {
             _ = &mut controllers => false,
             _ = renew => {
+                // Stop reconciling now; in-flight reconciles get a moment, then are dropped.
                 let _ = lost_tx.send(true);
-                controllers.await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), controllers).await;
                 true
             }
         };

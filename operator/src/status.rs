@@ -57,8 +57,8 @@ pub mod reason {
     pub const READY: &str = "Ready";
     /// Removed from the workload on deletion.
     pub const SIDECAR_REMOVED: &str = "SidecarRemoved";
-    /// An API call failed; the reconcile is retried with backoff.
-    pub const API_ERROR: &str = "ApiError";
+    /// An object of the name the operator needs exists and belongs to someone else.
+    pub const RESOURCE_CONFLICT: &str = "ResourceConflict";
 }
 
 /// A condition for `generation`, without a transition time yet.

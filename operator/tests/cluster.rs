@@ -678,3 +678,138 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
     let _ = proxy.kill();
     let _ = proxy.wait();
 }
+
+#[tokio::test]
+async fn a_moved_tool_leaves_its_old_server_and_hand_edits_are_reverted() {
+    let c = client().await;
+    let ns = namespace(&c, "move").await;
+    for d in ["shop", "billing"] {
+        let _: Deployment = apply(&c, &ns, deployment(d)).await;
+        let _: McpServer = apply(
+            &c,
+            &ns,
+            server(d, json!({"workloadRef": {"name": d}, "upstream": {"port": 8080}})),
+        )
+        .await;
+    }
+    let _: McpTool = apply(&c, &ns, tool("lookup", "lookup", json!({}))).await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    eventually("lookup served by shop", WAIT, || async {
+        config_text(&c, &ns, "shop")
+            .await
+            .filter(|t| tool_names(t) == ["lookup"])
+    })
+    .await;
+
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool("lookup", "lookup", json!({"serverRef": {"name": "billing"}})),
+    )
+    .await;
+    eventually("lookup moved from shop to billing", WAIT, || async {
+        let shop = config_text(&c, &ns, "shop").await?;
+        let billing = config_text(&c, &ns, "billing").await?;
+        (tool_names(&shop).is_empty() && tool_names(&billing) == ["lookup"]).then_some(())
+    })
+    .await;
+
+    // Someone edits the rendered ConfigMap by hand: the operator puts it back.
+    let cms = Api::<ConfigMap>::namespaced(c.clone(), &ns);
+    cms.patch(
+        "billing-toolgate",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"proxy.yaml": "hand edit"}})),
+    )
+    .await
+    .unwrap();
+    eventually("the hand edit reverted", WAIT, || async {
+        config_text(&c, &ns, "billing")
+            .await
+            .filter(|t| t.contains("name: lookup"))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn foreign_objects_are_not_taken_over_and_a_co_owned_sidecar_is_still_removed() {
+    let c = client().await;
+    let ns = namespace(&c, "owners").await;
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    let original = template(&c, &ns, "shop").await;
+    // A Service with the name the operator would use, made by someone else.
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "shop-mcp"}, "spec": {"selector": {"app": "other"}, "ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    Api::<Service>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+        ),
+    )
+    .await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    let m = wait_condition(&c, &ns, "McpServer", "shop", "Ready", "False", "ResourceConflict").await;
+    assert!(m.contains("Service shop-mcp"), "{m}");
+    let svc = Api::<Service>::namespaced(c.clone(), &ns)
+        .get("shop-mcp")
+        .await
+        .unwrap();
+    assert_eq!(
+        svc.spec.unwrap().selector.unwrap()["app"],
+        "other",
+        "the foreign Service was changed"
+    );
+
+    // Another field manager takes over the sidecar's image (as `kubectl set image` would).
+    eventually("the sidecar", WAIT, || async {
+        template(&c, &ns, "shop").await["spec"]["initContainers"][0]["name"]
+            .as_str()
+            .map(|_| ())
+    })
+    .await;
+    let takeover = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shop"},
+        "spec": {"template": {"spec": {"initContainers": [{"name": "toolgate-proxy", "image": "toolgate/toolgate-proxy:patched"}]}}}});
+    Api::<Deployment>::namespaced(c.clone(), &ns)
+        .patch(
+            "shop",
+            &PatchParams::apply("kubectl-set").force(),
+            &Patch::Apply(&takeover),
+        )
+        .await
+        .unwrap();
+    Api::<McpServer>::namespaced(c.clone(), &ns)
+        .delete("shop", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the McpServer gone", WAIT, || async {
+        Api::<McpServer>::namespaced(c.clone(), &ns)
+            .get_opt("shop")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        template(&c, &ns, "shop").await,
+        original,
+        "the Deployment is back to what its owner wrote"
+    );
+    assert!(
+        Api::<Service>::namespaced(c.clone(), &ns)
+            .get_opt("shop-mcp")
+            .await
+            .unwrap()
+            .is_some(),
+        "the foreign Service was deleted"
+    );
+}

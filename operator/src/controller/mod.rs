@@ -70,6 +70,9 @@ pub struct Context {
     pub tools: Store<McpTool>,
     /// Metadata of every Deployment in scope (to find the ones carrying a sidecar).
     pub deployments: Store<PartialObjectMeta<Deployment>>,
+    /// `ns/tool` → the server whose config it was last rendered into, so a tool moving to
+    /// another server also reconciles the one it left.
+    pub served: Arc<Mutex<HashMap<String, String>>>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -78,7 +81,7 @@ impl Context {
         let mut f = self.failures.lock().expect("lock");
         let n = f.entry(key).or_insert(0);
         *n = (*n + 1).min(16);
-        let secs = (1u64 << (*n - 1).min(8)).min(300);
+        let secs = (1u64 << (*n - 1).min(9)).min(300);
         // Up to 25% jitter so many failing objects do not retry in lockstep.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -182,6 +185,7 @@ pub async fn run(
         controller: "toolgate-operator".into(),
         instance: cfg.instance.clone(),
     };
+    let served: Arc<Mutex<HashMap<String, String>>> = Arc::default();
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
@@ -190,6 +194,7 @@ pub async fn run(
         servers: servers.clone(),
         tools: tools.clone(),
         deployments: deployments.clone(),
+        served: served.clone(),
         failures: Mutex::default(),
     });
 
@@ -203,9 +208,19 @@ pub async fn run(
     });
 
     let by_tool = {
+        let served = served.clone();
         move |t: McpTool| {
             let ns = t.metadata.namespace.clone().unwrap_or_default();
-            Some(ObjectRef::<McpServer>::new(&t.spec.server_ref.name).within(&ns))
+            let mut refs = vec![ObjectRef::<McpServer>::new(&t.spec.server_ref.name).within(&ns)];
+            let before = served
+                .lock()
+                .expect("lock")
+                .get(&format!("{ns}/{}", t.name_any()))
+                .cloned();
+            if let Some(prev) = before.filter(|p| *p != t.spec.server_ref.name) {
+                refs.push(ObjectRef::new(&prev).within(&ns));
+            }
+            refs
         }
     };
     let by_deployment = {
@@ -281,10 +296,23 @@ pub async fn run(
                     .managed
                     .with_label_values(&["McpServer"])
                     .set(servers.state().len() as i64);
+                let tools = tools.state();
+                metrics.managed.with_label_values(&["McpTool"]).set(tools.len() as i64);
+                let accepted = tools
+                    .iter()
+                    .filter(|t| {
+                        t.status.as_ref().is_some_and(|s| {
+                            s.conditions
+                                .iter()
+                                .any(|c| c.type_ == crate::status::kind::ACCEPTED && c.status == "True")
+                        })
+                    })
+                    .count() as i64;
+                metrics.tools.with_label_values(&["true"]).set(accepted);
                 metrics
-                    .managed
-                    .with_label_values(&["McpTool"])
-                    .set(tools.state().len() as i64);
+                    .tools
+                    .with_label_values(&["false"])
+                    .set(tools.len() as i64 - accepted);
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }

@@ -1,14 +1,14 @@
 //! McpServer reconcile: render, apply the ConfigMap, inject the sidecar (or run the
 //! gateway), expose the Service, and report on the server and each of its tools. Every
-//! write is skipped when the object already holds what would be written.
+//! write is skipped when the live object already holds what would be written, and objects
+//! the server does not own are never taken over.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::core::{Selector, SelectorExt};
 use kube::runtime::controller::Action;
@@ -24,6 +24,9 @@ use crate::inject::{self, applied_hash, CONTAINER, HASH_ANNOTATION, SERVER_ANNOT
 use crate::objects;
 use crate::render::{self, configmap_name, render, service_name, Rendered, Verdict};
 use crate::status::{condition, kind, merge, reason};
+
+/// Event notes are capped at 1024 bytes by the API.
+const NOTE_LIMIT: usize = 1000;
 
 /// Names of the Secrets a server references.
 pub(super) fn secret_names(s: &McpServer) -> Vec<String> {
@@ -42,10 +45,18 @@ pub(super) fn secret_names(s: &McpServer) -> Vec<String> {
     names
 }
 
+fn backoff_key(server: &McpServer) -> String {
+    format!("McpServer/{}", key(server))
+}
+
 #[instrument(skip_all, fields(server = %key(&*server)))]
 pub(super) async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let k = key(&*server);
+    let k = backoff_key(&server);
+    // The McpServer cache is ready before the first reconcile; the tool and Deployment caches
+    // must be too, or a restart would render a server with the tools seen so far.
+    let _ = ctx.tools.wait_until_ready().await;
+    let _ = ctx.deployments.wait_until_ready().await;
     let api: Api<McpServer> = Api::namespaced(ctx.client.clone(), &server.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, server, |event| async {
         match event {
@@ -66,7 +77,7 @@ pub(super) async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Resu
 }
 
 pub(super) fn error_policy(server: Arc<McpServer>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff(key(&*server));
+    let delay = ctx.backoff(backoff_key(&server));
     warn!(server = %key(&*server), error = %err, retry_in_ms = delay.as_millis() as u64, "reconcile failed");
     Action::requeue(delay)
 }
@@ -95,24 +106,80 @@ fn select_tools(server: &McpServer, ctx: &Context) -> (Vec<McpTool>, Vec<McpTool
         .partition(|t| selector.as_ref().is_none_or(|s| s.matches(t.labels())))
 }
 
-async fn apply_doc<K>(
+/// Whether every field of `doc` holds the same value in `live` (lists item by item, same
+/// length). Fields the API server adds (defaults, status) are ignored.
+pub(crate) fn is_subset(doc: &Value, live: &Value) -> bool {
+    match (doc, live) {
+        // The API server drops empty lists and maps.
+        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, v)| match l.get(k) {
+            Some(lv) => is_subset(v, lv),
+            None => v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty()),
+        }),
+        (Value::Array(d), Value::Array(l)) => d.len() == l.len() && d.iter().zip(l).all(|(a, b)| is_subset(a, b)),
+        (d, l) => d == l,
+    }
+}
+
+fn is_owned_by(meta: &ObjectMeta, server: &McpServer) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "McpServer" && Some(&o.uid) == server.metadata.uid.as_ref())
+}
+
+/// What [`apply_owned`] did.
+#[derive(Debug, PartialEq, Eq)]
+enum Applied {
+    Unchanged,
+    Written,
+    /// An object of that name exists and belongs to someone else; left alone.
+    Foreign,
+}
+
+/// Applies `doc` unless `live` already holds it; never takes over an object the server
+/// does not own.
+async fn apply_owned<K>(
     ctx: &Context,
     api: &Api<K>,
-    name: &str,
     doc: &Value,
-    current: Option<&BTreeMap<String, String>>,
-    kind: &'static str,
-) -> Result<bool, Error>
+    live: Option<&K>,
+    server: &McpServer,
+) -> Result<Applied, Error>
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
 {
-    if current.and_then(|a| a.get(HASH_ANNOTATION)).map(String::as_str) == applied_hash(doc) {
-        return Ok(false);
+    let kind = K::kind(&K::DynamicType::default()).to_string();
+    if let Some(live) = live {
+        if !is_owned_by(live.meta(), server) {
+            return Ok(Applied::Foreign);
+        }
+        let live_value = serde_json::to_value(live).unwrap_or_default();
+        let same_hash = live
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(HASH_ANNOTATION))
+            .map(String::as_str)
+            == applied_hash(doc);
+        if same_hash && is_subset(doc, &live_value) {
+            return Ok(Applied::Unchanged);
+        }
     }
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
     api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc))
         .await?;
-    ctx.metrics.write(kind, "apply");
-    Ok(true)
+    ctx.metrics.write(static_kind(&kind), "apply");
+    Ok(Applied::Written)
+}
+
+fn static_kind(kind: &str) -> &'static str {
+    match kind {
+        "ConfigMap" => "ConfigMap",
+        "Service" => "Service",
+        "Deployment" => "Deployment",
+        _ => "other",
+    }
 }
 
 async fn publish(
@@ -120,8 +187,16 @@ async fn publish(
     object: &impl Resource<DynamicType = ()>,
     type_: EventType,
     reason: &str,
-    note: String,
+    mut note: String,
 ) {
+    if note.len() > NOTE_LIMIT {
+        let mut cut = NOTE_LIMIT - 3;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
     let ev = KubeEvent {
         type_,
         reason: reason.into(),
@@ -135,6 +210,10 @@ async fn publish(
     ctx.metrics.write("Event", "create");
 }
 
+fn foreign(what: &str, name: &str) -> String {
+    format!("{what} {name} exists and is not owned by this McpServer; rename or delete it")
+}
+
 async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let ns = server.namespace().unwrap_or_default();
     let name = server.name_any();
@@ -143,6 +222,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let (selected, unselected) = select_tools(server, ctx);
     let rendered = render(server, &selected);
     let served = rendered.config.tools.len();
+    let current = server.status.clone().unwrap_or_default();
 
     let mut missing = Vec::new();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
@@ -155,35 +235,9 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let mut conditions = Vec::new();
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let cm_name = configmap_name(server);
-    let existing_cm = cms.get_metadata_opt(&cm_name).await?;
-    let config_ok = if rendered.problems.is_empty() {
-        let doc = objects::configmap(server, &rendered);
-        if apply_doc(
-            ctx,
-            &cms,
-            &cm_name,
-            &doc,
-            existing_cm.as_ref().map(|m| m.annotations()),
-            "ConfigMap",
-        )
-        .await?
-        {
-            info!(tools = served, hash = %rendered.hash, "config applied");
-            let note = format!(
-                "Rendered {served} tools into ConfigMap {cm_name} (hash {})",
-                &rendered.hash[..12]
-            );
-            publish(ctx, server, EventType::Normal, reason::CONFIG_APPLIED, note).await;
-        }
-        conditions.push(condition(
-            kind::CONFIG_RENDERED,
-            true,
-            reason::CONFIG_APPLIED,
-            format!("{served} tools in ConfigMap {cm_name}"),
-            generation,
-        ));
-        true
-    } else {
+    let live_cm = cms.get_opt(&cm_name).await?;
+    let has_config = live_cm.as_ref().is_some_and(|cm| is_owned_by(&cm.metadata, server));
+    let config_ok = if !rendered.problems.is_empty() {
         let message = format!(
             "the server's settings do not make a valid proxy config, so ConfigMap {cm_name} keeps the last valid one: {}",
             rendered.problems.join("; ")
@@ -195,14 +249,47 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             message,
             generation,
         ));
-        existing_cm.is_some()
+        has_config
+    } else {
+        let doc = objects::configmap(server, &rendered);
+        match apply_owned(ctx, &cms, &doc, live_cm.as_ref(), server).await? {
+            Applied::Foreign => {
+                let message = foreign("ConfigMap", &cm_name);
+                conditions.push(condition(
+                    kind::CONFIG_RENDERED,
+                    false,
+                    reason::RESOURCE_CONFLICT,
+                    message,
+                    generation,
+                ));
+                false
+            }
+            applied => {
+                if applied == Applied::Written {
+                    info!(tools = served, hash = %rendered.hash, "config applied");
+                    let note = format!(
+                        "Rendered {served} tools into ConfigMap {cm_name} (hash {})",
+                        &rendered.hash[..12]
+                    );
+                    publish(ctx, server, EventType::Normal, reason::CONFIG_APPLIED, note).await;
+                }
+                let message = format!("{served} tools in ConfigMap {cm_name}");
+                conditions.push(condition(
+                    kind::CONFIG_RENDERED,
+                    true,
+                    reason::CONFIG_APPLIED,
+                    message,
+                    generation,
+                ));
+                true
+            }
+        }
     };
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let gateway_name = objects::gateway_name(server);
     let mut selector = None;
-    let blocked = |what: &str| -> Option<Condition> {
-        let type_ = what;
+    let blocked = |type_: &str| -> Option<Condition> {
         if !missing.is_empty() {
             let message = format!(
                 "Secret {} not found in namespace {ns}; the proxy is started once it exists",
@@ -210,11 +297,12 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             );
             Some(condition(type_, false, reason::SECRET_NOT_FOUND, message, generation))
         } else if !config_ok {
+            let message = "no valid config has been rendered yet (see ConfigRendered)";
             Some(condition(
                 type_,
                 false,
                 reason::INVALID_SERVER_CONFIG,
-                "no valid config has been rendered yet (see ConfigRendered)",
+                message,
                 generation,
             ))
         } else {
@@ -229,42 +317,51 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                 .as_ref()
                 .map(|w| w.name.clone())
                 .unwrap_or_default();
-            remove_sidecars(ctx, server, Some(&target)).await?;
-            if deployments
-                .get_metadata_opt(&gateway_name)
-                .await?
-                .is_some_and(|d| is_owned_by(&d.metadata, server))
-            {
-                deployments.delete(&gateway_name, &DeleteParams::background()).await?;
-                ctx.metrics.write("Deployment", "delete");
+            remove_sidecars(ctx, server, Some(&target), None).await?;
+            if let Some(gw) = deployments.get_metadata_opt(&gateway_name).await? {
+                if is_owned_by(&gw.metadata, server) {
+                    deployments.delete(&gateway_name, &DeleteParams::background()).await?;
+                    ctx.metrics.write("Deployment", "delete");
+                }
             }
             let cond = match deployments.get_opt(&target).await? {
-                None => condition(
-                    kind::SIDECAR_INJECTED,
-                    false,
-                    reason::WORKLOAD_NOT_FOUND,
-                    format!("Deployment {target} not found in namespace {ns}; create it or fix spec.workloadRef.name"),
-                    generation,
-                ),
-                Some(d) => match d.annotations().get(SERVER_ANNOTATION).filter(|o| **o != name) {
-                    Some(other) => condition(
+                None => {
+                    let message = format!(
+                        "Deployment {target} not found in namespace {ns}; create it or fix spec.workloadRef.name"
+                    );
+                    condition(
                         kind::SIDECAR_INJECTED,
                         false,
-                        reason::WORKLOAD_IN_USE,
-                        format!("Deployment {target} already carries the sidecar of McpServer {other}; a Deployment serves one McpServer"),
+                        reason::WORKLOAD_NOT_FOUND,
+                        message,
                         generation,
-                    ),
+                    )
+                }
+                Some(d) => match claimed_by_other(ctx, &d, &name) {
+                    Some(other) => {
+                        let message = format!(
+                            "Deployment {target} already carries the sidecar of McpServer {other}; a Deployment serves one McpServer"
+                        );
+                        condition(
+                            kind::SIDECAR_INJECTED,
+                            false,
+                            reason::WORKLOAD_IN_USE,
+                            message,
+                            generation,
+                        )
+                    }
                     None => {
                         selector = d.spec.as_ref().and_then(|s| s.selector.match_labels.clone());
                         match blocked(kind::SIDECAR_INJECTED) {
                             Some(c) => c,
                             None => {
                                 inject_sidecar(ctx, server, &deployments, &d, &target, &rendered).await?;
+                                let message = format!("Deployment {target} runs {CONTAINER} as a native sidecar");
                                 condition(
                                     kind::SIDECAR_INJECTED,
                                     true,
                                     reason::SIDECAR_INJECTED,
-                                    format!("Deployment {target} runs {CONTAINER} as a native sidecar"),
+                                    message,
                                     generation,
                                 )
                             }
@@ -275,41 +372,47 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             conditions.push(cond);
         }
         ServerMode::Gateway => {
-            remove_sidecars(ctx, server, None).await?;
+            remove_sidecars(ctx, server, None, None).await?;
             selector = Some(objects::gateway_selector(server));
             let cond = match blocked(kind::GATEWAY_AVAILABLE) {
                 Some(c) => c,
                 None => {
                     let doc = objects::gateway(server, &rendered, &ctx.defaults);
-                    let current = deployments.get_opt(&gateway_name).await?;
-                    apply_doc(
-                        ctx,
-                        &deployments,
-                        &gateway_name,
-                        &doc,
-                        current.as_ref().map(|d| d.annotations()),
-                        "Deployment",
-                    )
-                    .await?;
-                    let status = current.and_then(|d| d.status).unwrap_or_default();
-                    let available = status.available_replicas.unwrap_or(0);
-                    let want = server.spec.replicas.unwrap_or(2);
-                    if available > 0 {
-                        condition(
-                            kind::GATEWAY_AVAILABLE,
-                            true,
-                            reason::GATEWAY_AVAILABLE,
-                            format!("{available}/{want} gateway replicas available"),
-                            generation,
-                        )
-                    } else {
+                    let live = deployments.get_opt(&gateway_name).await?;
+                    if apply_owned(ctx, &deployments, &doc, live.as_ref(), server).await? == Applied::Foreign {
+                        let message = foreign("Deployment", &gateway_name);
                         condition(
                             kind::GATEWAY_AVAILABLE,
                             false,
-                            reason::GATEWAY_PROGRESSING,
-                            format!("0/{want} replicas of Deployment {gateway_name} available yet"),
+                            reason::RESOURCE_CONFLICT,
+                            message,
                             generation,
                         )
+                    } else {
+                        let available = live
+                            .and_then(|d| d.status)
+                            .and_then(|s| s.available_replicas)
+                            .unwrap_or(0);
+                        let want = server.spec.replicas.unwrap_or(2);
+                        if available > 0 {
+                            let message = format!("{available}/{want} gateway replicas available");
+                            condition(
+                                kind::GATEWAY_AVAILABLE,
+                                true,
+                                reason::GATEWAY_AVAILABLE,
+                                message,
+                                generation,
+                            )
+                        } else {
+                            let message = format!("0/{want} replicas of Deployment {gateway_name} available yet");
+                            condition(
+                                kind::GATEWAY_AVAILABLE,
+                                false,
+                                reason::GATEWAY_PROGRESSING,
+                                message,
+                                generation,
+                            )
+                        }
                     }
                 }
             };
@@ -319,45 +422,34 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
 
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let svc_name = service_name(server);
-    let mut selector_problem = None;
+    let mut service_problem = None;
     match selector.filter(|s| !s.is_empty()) {
         Some(sel) => {
             let doc = objects::service(server, &sel);
-            let current = services.get_metadata_opt(&svc_name).await?;
-            apply_doc(
-                ctx,
-                &services,
-                &svc_name,
-                &doc,
-                current.as_ref().map(|m| m.annotations()),
-                "Service",
-            )
-            .await?;
+            let live = services.get_opt(&svc_name).await?;
+            if apply_owned(ctx, &services, &doc, live.as_ref(), server).await? == Applied::Foreign {
+                service_problem = Some((reason::RESOURCE_CONFLICT, foreign("Service", &svc_name)));
+            }
         }
         None if server.spec.mode == ServerMode::Sidecar && conditions.last().is_some_and(|c| c.status == "True") => {
-            selector_problem = Some(
-                "the Deployment's selector has no matchLabels, so Service {svc_name} cannot select its pods"
-                    .replace("{svc_name}", &svc_name),
-            );
+            let message =
+                format!("the Deployment's selector has no matchLabels, so Service {svc_name} cannot select its pods");
+            service_problem = Some((reason::UNSUPPORTED_SELECTOR, message));
         }
         None => {}
     }
 
     let endpoint = render::endpoint(server);
-    let ready = match (conditions.iter().find(|c| c.status != "True"), selector_problem) {
+    let ready = match (conditions.iter().find(|c| c.status != "True"), service_problem) {
         (Some(c), _) => condition(kind::READY, false, &c.reason, c.message.clone(), generation),
-        (None, Some(p)) => condition(kind::READY, false, reason::UNSUPPORTED_SELECTOR, p, generation),
-        (None, None) => condition(
-            kind::READY,
-            true,
-            reason::READY,
-            format!("serving {served} tools at {endpoint}"),
-            generation,
-        ),
+        (None, Some((r, m))) => condition(kind::READY, false, r, m, generation),
+        (None, None) => {
+            let message = format!("serving {served} tools at {endpoint}");
+            condition(kind::READY, true, reason::READY, message, generation)
+        }
     };
     conditions.insert(0, ready);
 
-    let current = server.status.clone().unwrap_or_default();
     let merged = merge(current.conditions(), conditions, now());
     for c in &merged {
         let changed = current
@@ -372,11 +464,13 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             publish(ctx, server, t, &c.reason, c.message.clone()).await;
         }
     }
+    let valid = rendered.problems.is_empty();
     let desired = McpServerStatus {
         conditions: merged,
         observed_generation: generation,
-        tools: Some(served as i32),
-        config_hash: if rendered.problems.is_empty() {
+        // While the settings are invalid the ConfigMap keeps the last valid config: report that.
+        tools: if valid { Some(served as i32) } else { current.tools },
+        config_hash: if valid {
             Some(rendered.hash.clone())
         } else {
             current.config_hash.clone()
@@ -388,21 +482,69 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         api.patch_status(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": desired})),
+            &Patch::Merge(json!({ "status": desired })),
         )
         .await?;
         ctx.metrics.write("McpServer", "patch");
     }
 
-    report_tools(ctx, server, &selected, &unselected, &rendered).await?;
+    // Tool verdicts describe the config in the ConfigMap; with invalid server settings that
+    // is still the previous one, so the tools keep what they said.
+    if valid && config_ok {
+        report_tools(ctx, server, &selected, &unselected, &rendered).await?;
+    }
     Ok(Action::await_change())
 }
 
-fn is_owned_by(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, server: &McpServer) -> bool {
-    meta.owner_references
+/// The McpServer named in the Deployment's `toolgate.dev/server` annotation, when it is
+/// another one that still exists.
+fn claimed_by_other(ctx: &Context, d: &Deployment, me: &str) -> Option<String> {
+    let other = d.annotations().get(SERVER_ANNOTATION).filter(|o| *o != me)?;
+    let ns = d.metadata.namespace.as_deref();
+    let exists = ctx
+        .servers
+        .state()
         .iter()
-        .flatten()
-        .any(|o| o.kind == "McpServer" && Some(&o.uid) == server.metadata.uid.as_ref())
+        .any(|s| s.metadata.namespace.as_deref() == ns && s.name_any() == *other);
+    exists.then(|| other.clone())
+}
+
+fn sidecar_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::Container> {
+    d.spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .init_containers
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == CONTAINER)
+}
+
+/// Whether the live Deployment carries exactly the sidecar and volumes of `patch`.
+fn sidecar_matches(d: &Deployment, patch: &Value) -> bool {
+    let Some(live) = sidecar_of(d) else { return false };
+    let same_hash = d.annotations().get(HASH_ANNOTATION).map(String::as_str) == applied_hash(patch);
+    let pod = &patch["spec"]["template"]["spec"];
+    let live_pod = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|p| serde_json::to_value(p).unwrap_or_default())
+        .unwrap_or_default();
+    let volumes_match = pod["volumes"].as_array().into_iter().flatten().all(|v| {
+        live_pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|lv| lv["name"] == v["name"] && is_subset(v, lv))
+    });
+    same_hash
+        && volumes_match
+        && is_subset(
+            &pod["initContainers"][0],
+            &serde_json::to_value(live).unwrap_or_default(),
+        )
 }
 
 async fn inject_sidecar(
@@ -414,14 +556,7 @@ async fn inject_sidecar(
     rendered: &Rendered,
 ) -> Result<(), Error> {
     let patch = inject::sidecar_patch(server, target, &rendered.mounts, &ctx.defaults);
-    let present = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|p| p.init_containers.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.name == CONTAINER));
-    let same = d.annotations().get(HASH_ANNOTATION).map(String::as_str) == applied_hash(&patch);
-    if present && same {
+    if sidecar_matches(d, &patch) {
         return Ok(());
     }
     api.patch(target, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
@@ -433,76 +568,156 @@ async fn inject_sidecar(
     Ok(())
 }
 
-/// Removes this server's sidecar from every Deployment carrying it, except `keep`.
-async fn remove_sidecars(ctx: &Context, server: &McpServer, keep: Option<&str>) -> Result<(), Error> {
+/// Removes this server's sidecar from every Deployment carrying it, except `keep`; `also`
+/// is checked even when the Deployment cache does not list it yet.
+async fn remove_sidecars(
+    ctx: &Context,
+    server: &McpServer,
+    keep: Option<&str>,
+    also: Option<&str>,
+) -> Result<(), Error> {
     let ns = server.namespace().unwrap_or_default();
     let name = server.name_any();
-    let carriers: Vec<String> = ctx
+    let mut carriers: Vec<String> = ctx
         .deployments
         .state()
         .iter()
         .filter(|d| d.metadata.namespace.as_deref() == Some(&ns))
         .filter(|d| d.annotations().get(SERVER_ANNOTATION) == Some(&name))
         .map(|d| d.name_any())
-        .filter(|d| Some(d.as_str()) != keep)
         .collect();
+    carriers.extend(also.map(String::from));
+    carriers.sort();
+    carriers.dedup();
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    for d in carriers {
-        match api
-            .patch(
-                &d,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(inject::removal_patch(&ns, &d)),
-            )
-            .await
-        {
-            Ok(_) => {
-                ctx.metrics.write("Deployment", "apply");
-                info!(deployment = %d, "sidecar removed");
-                let note = format!("Removed {CONTAINER} from Deployment {d}; it is back to what its owner wrote");
-                publish(ctx, server, EventType::Normal, reason::SIDECAR_REMOVED, note).await;
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
+    for d in carriers.into_iter().filter(|d| Some(d.as_str()) != keep) {
+        // The cache may be behind: act on what the API says now.
+        let Some(live) = api.get_opt(&d).await? else { continue };
+        if live.annotations().get(SERVER_ANNOTATION) != Some(&name) {
+            continue;
         }
+        api.patch(
+            &d,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(inject::removal_patch(&ns, &d)),
+        )
+        .await?;
+        ctx.metrics.write("Deployment", "apply");
+        remove_leftovers(ctx, &api, &d).await?;
+        info!(deployment = %d, "sidecar removed");
+        let note = format!("Removed {CONTAINER} from Deployment {d}; it is back to what its owner wrote");
+        publish(ctx, server, EventType::Normal, reason::SIDECAR_REMOVED, note).await;
     }
     Ok(())
 }
 
-async fn cleanup(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
-    remove_sidecars(ctx, server, None).await?;
-    // Owner references let the garbage collector do this too; deleting here makes the
-    // cleanup immediate and independent of it.
-    let ns = server.namespace().unwrap_or_default();
-    let gone = |r: Result<_, kube::Error>| match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(Error::from(e)),
+/// Fields another manager also owned (someone ran `kubectl set image` on the sidecar) survive
+/// the empty apply; a half sidecar would block the pods, so remove what is left by index,
+/// guarded by a `test` of the name.
+async fn remove_leftovers(ctx: &Context, api: &Api<Deployment>, name: &str) -> Result<(), Error> {
+    let Some(d) = api.get_opt(name).await? else {
+        return Ok(());
     };
+    let Some(pod) = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()) else {
+        return Ok(());
+    };
+    let mut ops = Vec::new();
+    for (list, items) in [
+        (
+            "initContainers",
+            pod.init_containers
+                .as_ref()
+                .map(|c| c.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),
+        ),
+        (
+            "volumes",
+            pod.volumes
+                .as_ref()
+                .map(|v| v.iter().map(|v| v.name.clone()).collect::<Vec<_>>()),
+        ),
+    ] {
+        let items = items.unwrap_or_default();
+        for (i, item) in items.iter().enumerate().rev() {
+            let ours = if list == "initContainers" {
+                item == CONTAINER
+            } else {
+                inject::VOLUMES.contains(&item.as_str())
+            };
+            if ours {
+                let path = format!("/spec/template/spec/{list}/{i}");
+                ops.push(json!({"op": "test", "path": format!("{path}/name"), "value": item}));
+                ops.push(json!({"op": "remove", "path": path}));
+            }
+        }
+    }
+    if ops.is_empty() {
+        return Ok(());
+    }
+    warn!(
+        deployment = name,
+        "sidecar fields co-owned by another manager; removing them by JSON patch"
+    );
+    let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).expect("valid JSON patch");
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await?;
+    ctx.metrics.write("Deployment", "patch");
+    Ok(())
+}
+
+async fn cleanup(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
+    let target = server.spec.workload_ref.as_ref().map(|w| w.name.as_str());
+    remove_sidecars(ctx, server, None, target).await?;
+    // Owner references let the garbage collector do this too; deleting here makes the
+    // cleanup immediate and independent of it. Only what this server owns is deleted.
+    let ns = server.namespace().unwrap_or_default();
     let dp = DeleteParams::background();
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    if deployments
-        .get_metadata_opt(&objects::gateway_name(server))
-        .await?
-        .is_some_and(|d| is_owned_by(&d.metadata, server))
-    {
-        gone(
-            deployments
-                .delete(&objects::gateway_name(server), &dp)
-                .await
-                .map(|_| ()),
-        )?;
-    }
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
-    gone(services.delete(&service_name(server), &dp).await.map(|_| ()))?;
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    gone(cms.delete(&configmap_name(server), &dp).await.map(|_| ()))?;
-    ctx.metrics.write("McpServer", "cleanup");
+    let gw = objects::gateway_name(server);
+    if deployments
+        .get_metadata_opt(&gw)
+        .await?
+        .is_some_and(|m| is_owned_by(&m.metadata, server))
+    {
+        gone(deployments.delete(&gw, &dp).await.map(|_| ()))?;
+    }
+    let svc = service_name(server);
+    if services
+        .get_metadata_opt(&svc)
+        .await?
+        .is_some_and(|m| is_owned_by(&m.metadata, server))
+    {
+        gone(services.delete(&svc, &dp).await.map(|_| ()))?;
+    }
+    let cm = configmap_name(server);
+    if cms
+        .get_metadata_opt(&cm)
+        .await?
+        .is_some_and(|m| is_owned_by(&m.metadata, server))
+    {
+        gone(cms.delete(&cm, &dp).await.map(|_| ()))?;
+    }
+    let prefix = format!("{ns}/");
+    let me = server.name_any();
+    ctx.served
+        .lock()
+        .expect("lock")
+        .retain(|k, v| !(k.starts_with(&prefix) && *v == me));
     info!("cleaned up");
     Ok(Action::await_change())
 }
 
-/// Writes each tool's `Accepted` condition where it changed.
+fn gone(r: Result<(), kube::Error>) -> Result<(), Error> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes each tool's `Accepted` condition where it changed, and records which tools this
+/// server rendered (a tool moving away then reconciles this server too).
 async fn report_tools(
     ctx: &Context,
     server: &McpServer,
@@ -511,8 +726,15 @@ async fn report_tools(
     rendered: &Rendered,
 ) -> Result<(), Error> {
     let name = server.name_any();
-    let mut accepted = 0;
-    let mut rejected = 0;
+    let ns = server.namespace().unwrap_or_default();
+    {
+        let mut served = ctx.served.lock().expect("lock");
+        let prefix = format!("{ns}/");
+        served.retain(|k, v| !(k.starts_with(&prefix) && *v == name));
+        for t in selected {
+            served.insert(format!("{ns}/{}", t.name_any()), name.clone());
+        }
+    }
     let verdicts = selected
         .iter()
         .map(|t| (t, rendered.verdicts.get(&t.name_any()).cloned()))
@@ -529,25 +751,19 @@ async fn report_tools(
         let generation = tool.metadata.generation;
         let (cond, tier) = match &verdict {
             Verdict::Accepted { tier } => {
-                accepted += 1;
                 let msg = format!("served by McpServer {name} as `{}`", tool.tool_name());
                 (
                     condition(kind::ACCEPTED, true, reason::ACCEPTED, msg, generation),
                     Some(*tier),
                 )
             }
-            Verdict::Rejected { tier, reason, message } => {
-                rejected += 1;
-                (
-                    condition(kind::ACCEPTED, false, reason, message.clone(), generation),
-                    *tier,
-                )
-            }
+            Verdict::Rejected { tier, reason, message } => (
+                condition(kind::ACCEPTED, false, reason, message.clone(), generation),
+                *tier,
+            ),
         };
         set_tool_status(ctx, tool, cond, tier).await?;
     }
-    ctx.metrics.tools.with_label_values(&["true"]).set(accepted);
-    ctx.metrics.tools.with_label_values(&["false"]).set(rejected);
     Ok(())
 }
 
@@ -596,4 +812,29 @@ pub(super) async fn set_tool_status(
         publish(ctx, tool, t, &event.1, event.2).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_subset;
+    use serde_json::json;
+
+    #[test]
+    fn subset_ignores_added_fields_but_not_changed_or_missing_ones() {
+        let doc = json!({"a": 1, "l": [{"n": "x"}], "m": {"k": "v"}});
+        assert!(is_subset(
+            &doc,
+            &json!({"a": 1, "b": 2, "l": [{"n": "x", "d": 0}], "m": {"k": "v", "z": 1}})
+        ));
+        assert!(!is_subset(&doc, &json!({"a": 2, "l": [{"n": "x"}], "m": {"k": "v"}})));
+        assert!(!is_subset(
+            &doc,
+            &json!({"a": 1, "l": [{"n": "x"}, {"n": "y"}], "m": {"k": "v"}})
+        ));
+        assert!(!is_subset(&doc, &json!({"a": 1, "l": [{"n": "x"}]})));
+        assert!(
+            is_subset(&json!({"env": [], "m": {}}), &json!({})),
+            "empty lists and maps are dropped by the API server"
+        );
+    }
 }
