@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, and what .ci/run calls): formatting, lints, unit and integration
-# tests (the operator's against a real kube-apiserver + etcd from e2e/control-plane.sh), then
+# tests (the operator's against a real kube-apiserver + etcd from e2e/control-plane.sh; the
+# chart with real helm and promtool; traces into a real OpenTelemetry Collector), then
 # real MCP clients (official Python SDK, official conformance suite) against the built
 # binaries. Installs or builds what it needs first (cached under ~/.cache/toolgate).
 set -euo pipefail
@@ -8,9 +9,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "test tools: MCP clients (Python SDK, conformance) and the control plane (cached)"
+step "test tools: MCP clients (Python SDK, conformance), the control plane, helm, promtool, an OTLP collector (cached)"
 tests/clients/install.sh
 e2e/control-plane.sh build
+e2e/tools.sh build
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -1,5 +1,6 @@
 //! Admin port: `/healthz` (the process runs), `/readyz` (watches started, or standing by
-//! for the lease), `/metrics` (Prometheus text format).
+//! for the lease), `/metrics` (Prometheus text format), `/loglevel` (GET shows the log
+//! filter; PUT with a filter such as `debug` replaces it).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -34,24 +35,53 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 }
 
 /// Answers one admin request.
-pub fn handle(admin: &Admin, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(admin: &Admin, req: Request<Incoming>) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
+    if req.uri().path() == "/loglevel" && req.method() == Method::PUT {
+        let body = match Limited::new(req.into_body(), 4096).collect().await {
+            Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+            Err(_) => {
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    TEXT,
+                    "unreadable body (at most 4 KiB)\n".into(),
+                )
+            }
+        };
+        return match toolgate_telemetry::log::set(&body) {
+            Ok(()) => reply(
+                StatusCode::OK,
+                TEXT,
+                format!("{}\n", toolgate_telemetry::log::current()),
+            ),
+            Err(e) => reply(StatusCode::BAD_REQUEST, TEXT, format!("{e}\n")),
+        };
+    }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n".into());
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            TEXT,
+            "GET only (PUT for /loglevel)\n".into(),
+        );
     }
     match req.uri().path() {
+        "/loglevel" => reply(
+            StatusCode::OK,
+            TEXT,
+            format!("{}\n", toolgate_telemetry::log::current()),
+        ),
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n".into()),
         "/readyz" if admin.ready.load(Ordering::Relaxed) => reply(StatusCode::OK, TEXT, "ready\n".into()),
         "/readyz" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "starting\n".into()),
         "/metrics" => reply(
             StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
+            toolgate_telemetry::METRICS_CONTENT_TYPE,
             admin.metrics.render(),
         ),
         _ => reply(
             StatusCode::NOT_FOUND,
             TEXT,
-            "not found: try /healthz, /readyz or /metrics\n".into(),
+            "not found: try /healthz, /readyz, /metrics or /loglevel\n".into(),
         ),
     }
 }
@@ -74,7 +104,7 @@ pub async fn serve(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<Socke
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
                     let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(handle(&admin, &req)) }
+                    async move { Ok::<_, Infallible>(handle(&admin, req).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)

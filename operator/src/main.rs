@@ -109,14 +109,7 @@ fn parse(args: &[String]) -> Result<Flags, String> {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_runtime=warn"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_current_span(true)
-        .with_writer(std::io::stderr)
-        .init();
+    toolgate_telemetry::log::init("info,kube_runtime=warn");
 }
 
 async fn shutdown_signal() {

@@ -1,8 +1,6 @@
 //! Operator metrics: one registry per process, served on the admin port at `/metrics`.
 
-use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Every metric of the operator.
 pub struct Metrics {
@@ -91,6 +89,7 @@ impl Metrics {
             Box::new(managed.clone()),
             Box::new(tools.clone()),
             Box::new(leader.clone()),
+            Box::new(toolgate_telemetry::process::ProcessCollector::new()),
         ] {
             registry.register(c).expect("unique metric");
         }
@@ -111,13 +110,30 @@ impl Metrics {
         self.api_writes.with_label_values(&[kind, verb]).inc();
     }
 
+    /// The name of every metric family this registry can export (also those with no sample
+    /// yet); dashboards and alerts are checked against it.
+    pub fn names(&self) -> Vec<String> {
+        use prometheus::core::Collector;
+        let collectors: [&dyn Collector; 7] = [
+            &self.reconciles,
+            &self.reconcile_duration,
+            &self.reconcile_errors,
+            &self.api_writes,
+            &self.managed,
+            &self.tools,
+            &self.leader,
+        ];
+        let mut names: Vec<String> = collectors
+            .iter()
+            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
+            .collect();
+        names.extend(toolgate_telemetry::process::NAMES.iter().map(|n| n.to_string()));
+        names
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("text encoding");
-        String::from_utf8(buf).unwrap_or_default()
+        toolgate_telemetry::render(&self.registry)
     }
 }
 

@@ -1,10 +1,12 @@
 //! The admin listener: `/healthz` (the process serves), `/readyz` (a config is loaded and the
-//! proxy is not draining).
+//! proxy is not draining), `/metrics` (Prometheus text format) and `/loglevel` (GET shows the
+//! log filter, PUT with a filter such as `debug` or `info,toolgate_proxy=debug` replaces it).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use http::{Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use serde_json::json;
 
 use crate::mcp::{Body, Shared};
@@ -19,9 +21,45 @@ fn reply(status: StatusCode, body: serde_json::Value) -> Response<Body> {
     r
 }
 
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut r = Response::new(Body::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    r
+}
+
 /// Serves one admin request.
-pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body> {
+pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     match req.uri().path() {
+        "/metrics" => {
+            let m = &crate::metrics::METRICS;
+            m.sessions_active
+                .set(i64::try_from(shared.sessions.len()).unwrap_or(i64::MAX));
+            m.upstream_in_flight
+                .set(i64::try_from(shared.in_flight.count()).unwrap_or(i64::MAX));
+            text(StatusCode::OK, toolgate_telemetry::METRICS_CONTENT_TYPE, m.render())
+        }
+        "/loglevel" if req.method() == Method::PUT => {
+            let body = match http_body_util::Limited::new(req.into_body(), 4096).collect().await {
+                Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+                Err(_) => {
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        json!({"error": "unreadable body (at most 4 KiB)"}),
+                    )
+                }
+            };
+            match toolgate_telemetry::log::set(&body) {
+                Ok(()) => reply(StatusCode::OK, json!({"filter": toolgate_telemetry::log::current()})),
+                Err(e) => reply(StatusCode::BAD_REQUEST, json!({"error": e})),
+            }
+        }
+        "/loglevel" => reply(StatusCode::OK, json!({"filter": toolgate_telemetry::log::current()})),
         "/healthz" => reply(StatusCode::OK, json!({"status": "ok"})),
         "/readyz" => {
             let rt = shared.runtime.load();
@@ -49,7 +87,7 @@ pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body> {
         }
         _ => reply(
             StatusCode::NOT_FOUND,
-            json!({"error": "not found", "endpoints": ["/healthz", "/readyz"]}),
+            json!({"error": "not found", "endpoints": ["/healthz", "/readyz", "/metrics", "/loglevel"]}),
         ),
     }
 }

@@ -229,10 +229,16 @@ impl Auditor {
         let mut line = serde_json::to_vec(rec).unwrap_or_default();
         line.push(b'\n');
         if tx.try_send(Msg::Line(line)).is_err() {
+            crate::metrics::METRICS.audit_dropped.inc();
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             if counts_for_health {
                 self.healthy.store(false, Ordering::Relaxed);
             }
+        } else {
+            crate::metrics::METRICS
+                .audit_records
+                .with_label_values(&[rec.decision])
+                .inc();
         }
     }
 
@@ -344,6 +350,7 @@ impl Sink {
             }
             Err(e) => {
                 stats.write_failures.fetch_add(n, Ordering::Relaxed);
+                crate::metrics::METRICS.audit_dropped.inc_by(n);
                 if healthy.swap(false, Ordering::Relaxed) {
                     tracing::error!(error = %e, "audit records cannot be written");
                 }

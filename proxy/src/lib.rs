@@ -11,6 +11,8 @@ pub mod admin;
 pub mod audit;
 pub mod envelope;
 pub mod mcp;
+pub mod metrics;
+pub mod otel;
 pub mod policy;
 pub mod reload;
 pub mod runtime;

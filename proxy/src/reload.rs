@@ -61,6 +61,9 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
             let tools = rt.tools.len();
             shared.adopt(&rt);
             shared.runtime.store(Arc::new(rt));
+            let m = &crate::metrics::METRICS;
+            m.config_reloads.with_label_values(&["applied"]).inc();
+            m.config_generation.set(i64::try_from(generation).unwrap_or(i64::MAX));
             tracing::info!(generation, tools, "config reloaded");
             Reloaded::Applied(generation)
         }
@@ -98,6 +101,10 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
             Err(e) => {
                 let msg = format!("cannot read {}: {e}", path.display());
                 if last_error.as_deref() != Some(msg.as_str()) {
+                    crate::metrics::METRICS
+                        .config_reloads
+                        .with_label_values(&["unreadable"])
+                        .inc();
                     tracing::error!(error = %msg, "config reload failed; the previous config keeps serving");
                     last_error = Some(msg);
                 }
@@ -118,6 +125,10 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
         let text = String::from_utf8_lossy(&bytes);
         match apply(&shared, &text, refs_changed) {
             Reloaded::Refused(e) => {
+                crate::metrics::METRICS
+                    .config_reloads
+                    .with_label_values(&["refused"])
+                    .inc();
                 tracing::error!(path = %path.display(), problems = %e, "config reload refused; the previous config keeps serving");
                 last_error = Some(e);
             }

@@ -125,6 +125,9 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         addr: "admin".into(),
         source,
     })?;
+    crate::metrics::METRICS
+        .config_generation
+        .set(i64::try_from(runtime.generation).unwrap_or(i64::MAX));
     let shared = Arc::new(Shared::new(runtime));
     let (stop, stop_rx) = watch::channel(false);
 

@@ -1,0 +1,215 @@
+//! Prometheus metrics of the proxy: one registry per process, served at `/metrics` on the
+//! admin listener. Label values are bounded: tool names come from the loaded config (anything
+//! else is `unknown`), methods from a fixed list, codes, reasons and scopes from constants.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+
+/// The process-wide metrics.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Label for a tool the config does not define.
+pub const UNKNOWN: &str = "unknown";
+
+/// Every metric of the proxy.
+pub struct Metrics {
+    registry: Registry,
+    /// `toolgate_mcp_requests_total{method,code}`.
+    pub requests: IntCounterVec,
+    /// `toolgate_tool_calls_total{tool,status,tier}`.
+    pub tool_calls: IntCounterVec,
+    /// `toolgate_tool_call_duration_seconds{tool}`.
+    pub tool_duration: HistogramVec,
+    /// `toolgate_upstream_request_duration_seconds{tool,code}`.
+    pub upstream_duration: HistogramVec,
+    /// `toolgate_validation_failures_total{tool}`.
+    pub validation_failures: IntCounterVec,
+    /// `toolgate_auth_failures_total{reason}`.
+    pub auth_failures: IntCounterVec,
+    /// `toolgate_rate_limited_total{scope}`.
+    pub rate_limited: IntCounterVec,
+    /// `toolgate_audit_records_total{decision}`.
+    pub audit_records: IntCounterVec,
+    /// `toolgate_audit_dropped_total`.
+    pub audit_dropped: IntCounter,
+    /// `toolgate_config_reloads_total{result}`.
+    pub config_reloads: IntCounterVec,
+    /// `toolgate_config_generation`.
+    pub config_generation: IntGauge,
+    /// `toolgate_sessions_active` (set at scrape time).
+    pub sessions_active: IntGauge,
+    /// `toolgate_upstream_in_flight` (set at scrape time).
+    pub upstream_in_flight: IntGauge,
+}
+
+const CALL_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+impl Metrics {
+    fn new() -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("metric");
+            registry.register(Box::new(c.clone())).expect("unique metric");
+            c
+        };
+        let histogram = |name: &str, help: &str, labels: &[&str]| {
+            let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(CALL_BUCKETS.to_vec()), labels)
+                .expect("metric");
+            registry.register(Box::new(h.clone())).expect("unique metric");
+            h
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let m = Self {
+            requests: counter(
+                "toolgate_mcp_requests_total",
+                "MCP HTTP requests, by JSON-RPC method and outcome code (ok, a JSON-RPC error code, or the HTTP status of a refusal).",
+                &["method", "code"],
+            ),
+            tool_calls: counter(
+                "toolgate_tool_calls_total",
+                "tools/call requests, by tool, result status (success, failed, needs_more_info, pending_confirmation, queued, or the refusal: denied, invalid, rate_limited, cancelled) and tier.",
+                &["tool", "status", "tier"],
+            ),
+            tool_duration: histogram("toolgate_tool_call_duration_seconds", "Time from a tools/call arriving to its result, by tool.", &["tool"]),
+            upstream_duration: histogram(
+                "toolgate_upstream_request_duration_seconds",
+                "Time of the upstream HTTP request of a tools/call, by tool and HTTP status (or timeout, connect, io, too_large).",
+                &["tool", "code"],
+            ),
+            validation_failures: counter(
+                "toolgate_validation_failures_total",
+                "tools/call arguments refused by the tool's input schema, by tool.",
+                &["tool"],
+            ),
+            auth_failures: counter("toolgate_auth_failures_total", "Requests refused by authentication, by reason.", &["reason"]),
+            rate_limited: counter("toolgate_rate_limited_total", "Requests refused by a rate limit, by scope (ip, identity, tool).", &["scope"]),
+            audit_records: counter("toolgate_audit_records_total", "Audit records queued for writing, by decision.", &["decision"]),
+            audit_dropped: {
+                let c = IntCounter::new("toolgate_audit_dropped_total", "Audit records lost: buffer full or write failed.").expect("metric");
+                registry.register(Box::new(c.clone())).expect("unique metric");
+                c
+            },
+            config_reloads: counter(
+                "toolgate_config_reloads_total",
+                "Config reloads, by result (applied; refused: invalid, the old config keeps serving; unreadable: the file cannot be read).",
+                &["result"],
+            ),
+            config_generation: gauge("toolgate_config_generation", "Generation of the config being served (1 at start, +1 per applied reload)."),
+            sessions_active: gauge("toolgate_sessions_active", "Open MCP sessions."),
+            upstream_in_flight: gauge("toolgate_upstream_in_flight", "Upstream requests in flight."),
+            registry,
+        };
+        m.registry
+            .register(Box::new(toolgate_telemetry::process::ProcessCollector::new()))
+            .expect("process metrics");
+        m
+    }
+
+    /// The name of every metric family this registry can export (also those with no sample
+    /// yet); dashboards and alerts are checked against it.
+    pub fn names(&self) -> Vec<String> {
+        use prometheus::core::Collector;
+        let collectors: [&dyn Collector; 13] = [
+            &self.requests,
+            &self.tool_calls,
+            &self.tool_duration,
+            &self.upstream_duration,
+            &self.validation_failures,
+            &self.auth_failures,
+            &self.rate_limited,
+            &self.audit_records,
+            &self.audit_dropped,
+            &self.config_reloads,
+            &self.config_generation,
+            &self.sessions_active,
+            &self.upstream_in_flight,
+        ];
+        let mut names: Vec<String> = collectors
+            .iter()
+            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
+            .collect();
+        names.extend(toolgate_telemetry::process::NAMES.iter().map(|n| n.to_string()));
+        names
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        toolgate_telemetry::render(&self.registry)
+    }
+
+    /// One finished tools/call.
+    pub fn tool_call(&self, tool: &str, status: &str, tier: &str, elapsed: Duration) {
+        self.tool_calls.with_label_values(&[tool, status, tier]).inc();
+        self.tool_duration
+            .with_label_values(&[tool])
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+/// A JSON-RPC method as a bounded label value.
+pub fn method_label(method: &str) -> &'static str {
+    match method {
+        "initialize" => "initialize",
+        "notifications/initialized" => "notifications/initialized",
+        "notifications/cancelled" => "notifications/cancelled",
+        "ping" => "ping",
+        "tools/list" => "tools/list",
+        "tools/call" => "tools/call",
+        _ => "other",
+    }
+}
+
+/// A JSON-RPC error code as a label value.
+pub fn rpc_code_label(code: i64) -> &'static str {
+    match code {
+        -32700 => "-32700",
+        -32600 => "-32600",
+        -32601 => "-32601",
+        -32602 => "-32602",
+        -32603 => "-32603",
+        -32001 => "-32001",
+        -32002 => "-32002",
+        -32003 => "-32003",
+        -32029 => "-32029",
+        _ => "other",
+    }
+}
+
+/// An upstream HTTP status as a label value (the class for anything unusual).
+pub fn status_label(status: u16) -> &'static str {
+    const COMMON: [(u16, &str); 15] = [
+        (200, "200"),
+        (201, "201"),
+        (202, "202"),
+        (204, "204"),
+        (400, "400"),
+        (401, "401"),
+        (403, "403"),
+        (404, "404"),
+        (409, "409"),
+        (422, "422"),
+        (429, "429"),
+        (500, "500"),
+        (502, "502"),
+        (503, "503"),
+        (504, "504"),
+    ];
+    if let Some((_, label)) = COMMON.iter().find(|(code, _)| *code == status) {
+        return label;
+    }
+    match status / 100 {
+        1 => "1xx",
+        2 => "2xx",
+        3 => "3xx",
+        4 => "4xx",
+        _ => "5xx",
+    }
+}

@@ -1,0 +1,20 @@
+//! Telemetry shared by both binaries: Linux process metrics for a `prometheus` registry, the
+//! text exposition, and a log filter that can be changed while the process runs.
+#![forbid(unsafe_code)]
+
+pub mod log;
+pub mod process;
+
+use prometheus::{Encoder, Registry, TextEncoder};
+
+/// Content type of the Prometheus text format.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The text exposition of every metric in `registry`.
+pub fn render(registry: &Registry) -> String {
+    let mut buf = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&registry.gather(), &mut buf) {
+        tracing::warn!(error = %e, "metrics encoding failed");
+    }
+    String::from_utf8(buf).unwrap_or_default()
+}
