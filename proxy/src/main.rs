@@ -18,15 +18,7 @@ const USAGE: &str = "usage:
   toolgate-proxy --version";
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TOOLGATE_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(false)
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    toolgate_telemetry::log::init("info");
 }
 
 fn usage_error(msg: &str) -> ExitCode {
@@ -119,6 +111,7 @@ fn serve(args: &[String]) -> ExitCode {
         }
     };
     rt.block_on(async move {
+        toolgate_proxy::otel::init_from_env();
         let running = match start(
             cfg,
             StartOptions {

@@ -1,13 +1,18 @@
-//! W3C trace context: the client's `traceparent` is continued (same trace id, a new span id for
-//! the upstream call); without one a new trace starts.
+//! W3C trace context: the client's `traceparent` is continued (same trace id; the proxy's
+//! request span is a child of the client's span, and the upstream call a child of that); without
+//! one a new trace starts.
 
-/// A trace id and the span id the proxy uses for its upstream call.
+/// A trace id, the client's span, the proxy's request span and its upstream call span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceContext {
     /// 16-byte trace id.
     pub trace_id: [u8; 16],
-    /// 8-byte span id of the proxy's span.
+    /// The proxy's span for the JSON-RPC request.
     pub span_id: [u8; 8],
+    /// The client's span (from its `traceparent`), parent of `span_id`.
+    pub parent_id: Option<[u8; 8]>,
+    /// The span of the upstream HTTP call (child of `span_id`), sent upstream as the parent.
+    pub upstream_span_id: [u8; 8],
     /// Trace flags (sampled = 1).
     pub flags: u8,
 }
@@ -45,18 +50,21 @@ impl TraceContext {
     pub fn from_header(traceparent: Option<&str>) -> Self {
         let parsed = traceparent.and_then(|t| {
             let mut parts = t.trim().split('-');
-            let (v, tid, _parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+            let (v, tid, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
             if v != "00" || parts.next().is_some() {
                 return None;
             }
             let trace_id = hex::<16>(tid)?;
+            let parent = hex::<8>(parent)?;
             let flags = hex::<1>(flags)?[0];
-            (trace_id != [0; 16]).then_some((trace_id, flags))
+            (trace_id != [0; 16] && parent != [0; 8]).then_some((trace_id, Some(parent), flags))
         });
-        let (trace_id, flags) = parsed.unwrap_or_else(|| (random(), 1));
+        let (trace_id, parent_id, flags) = parsed.unwrap_or_else(|| (random(), None, 1));
         Self {
             trace_id,
             span_id: random(),
+            parent_id,
+            upstream_span_id: random(),
             flags,
         }
     }
@@ -66,14 +74,19 @@ impl TraceContext {
         to_hex(&self.trace_id)
     }
 
-    /// The `traceparent` for the upstream request (the proxy's span as parent).
+    /// The `traceparent` for the upstream request (the proxy's upstream call span as parent).
     pub fn traceparent(&self) -> String {
         format!(
             "00-{}-{}-{:02x}",
             to_hex(&self.trace_id),
-            to_hex(&self.span_id),
+            to_hex(&self.upstream_span_id),
             self.flags
         )
+    }
+
+    /// Whether the trace is sampled.
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
     }
 }
 
@@ -87,6 +100,9 @@ mod tests {
         assert_eq!(t.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(t.traceparent().starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
         assert!(!t.traceparent().contains("00f067aa0ba902b7"));
+        assert_eq!(t.parent_id.map(|p| to_hex(&p)).as_deref(), Some("00f067aa0ba902b7"));
+        assert!(t.traceparent().contains(&to_hex(&t.upstream_span_id)));
+        assert_ne!(t.span_id, t.upstream_span_id);
         let n = TraceContext::from_header(Some("garbage"));
         assert_ne!(n.trace_id, [0; 16]);
         assert_eq!(n.traceparent().len(), 55);

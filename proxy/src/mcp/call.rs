@@ -13,6 +13,8 @@ use super::{code, finish, invalid_arguments, rate_limited, Caller, Reply, Shared
 use crate::audit::{self, AuditRecord, Auditor, ClientInfo};
 use crate::envelope::{ErrorEntry, Outcome};
 use crate::mcp::session::Session;
+use crate::metrics;
+use crate::otel;
 use crate::policy::{authorize, Denied};
 use crate::runtime::Runtime;
 use crate::upstream::{mapping, shape};
@@ -133,7 +135,23 @@ impl CallAudit {
             r.status = outcome.map(|o| o.status.as_str());
             r.upstream_status = outcome.and_then(|o| o.upstream_status);
             r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.observe(&r);
             self.send(&r);
+        }
+    }
+
+    /// The call's metrics. The tool label is the name only for a tool of the config (the tier
+    /// is set then); anything a client made up is `unknown`.
+    fn observe(&self, r: &AuditRecord) {
+        let m = &metrics::METRICS;
+        let tool = match (r.tier, r.tool.as_deref()) {
+            (Some(_), Some(t)) => t,
+            _ => metrics::UNKNOWN,
+        };
+        let status = r.status.unwrap_or(r.decision);
+        m.tool_call(tool, status, r.tier.unwrap_or(metrics::UNKNOWN), self.started.elapsed());
+        if matches!(r.reason, "invalid_arguments" | "arguments_not_object") {
+            m.validation_failures.with_label_values(&[tool]).inc();
         }
     }
 
@@ -150,6 +168,7 @@ impl Drop for CallAudit {
     fn drop(&mut self) {
         if let Some(mut r) = self.rec.take() {
             r.duration_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.observe(&r);
             self.send(&r);
         }
     }
@@ -310,11 +329,26 @@ pub(crate) async fn tools_call(
     let rt_call = Arc::clone(rt);
     let guard = shared.in_flight.enter();
     let trace_id = caller.trace.trace_id_hex();
+    let trace = caller.trace;
     let rpc_id = id.to_string();
     let mut call = FinishOnDrop::new(async move {
         let _guard = guard;
         let tool = &rt_call.tools[index];
-        let outcome = match rt_call.upstream.send(request, tool.timeout).await {
+        let sent = Instant::now();
+        let span_start = otel::now_nanos();
+        let result = rt_call.upstream.send(request, tool.timeout).await;
+        let code = match &result {
+            Ok(resp) => metrics::status_label(resp.status),
+            Err(e) => e.kind(),
+        };
+        if otel::enabled() && trace.sampled() {
+            upstream_span(&trace, tool, &result, span_start);
+        }
+        metrics::METRICS
+            .upstream_duration
+            .with_label_values(&[tool.config.name.as_str(), code])
+            .observe(sent.elapsed().as_secs_f64());
+        let outcome = match result {
             Ok(resp) => shape::response(tool, &resp),
             Err(e) => {
                 tracing::warn!(tool = %tool.config.name, rpc_id = %rpc_id, error = e.kind(), trace_id = %trace_id, "upstream call failed");
@@ -327,6 +361,7 @@ pub(crate) async fn tools_call(
     let outcome = call.run().await;
     tracing::debug!(
         tool = %name,
+        trace_id = %caller.trace.trace_id_hex(),
         status = outcome.status.as_str(),
         upstream_status = outcome.upstream_status,
         duration_ms = started.elapsed().as_millis() as u64,
@@ -369,4 +404,41 @@ fn required_rank(rt: &Runtime, tool: &toolgate_config::ToolConfig) -> usize {
         .as_ref()
         .and_then(|r| roles.iter().position(|x| x == r))
         .unwrap_or(0)
+}
+
+/// The upstream call's span: a child of the request span, and the parent the upstream sees in
+/// `traceparent`. The path template is recorded, never the argument values in the URL.
+fn upstream_span(
+    trace: &crate::trace::TraceContext,
+    tool: &crate::runtime::CompiledTool,
+    result: &Result<crate::upstream::UpstreamResponse, crate::upstream::CallError>,
+    start: u64,
+) {
+    let method = tool.config.http.method.as_str();
+    let mut attributes = vec![
+        ("http.request.method", json!(method)),
+        ("url.template", json!(tool.config.http.path)),
+        ("gen_ai.tool.name", json!(tool.config.name)),
+    ];
+    let error = match result {
+        Ok(resp) => {
+            attributes.push(("http.response.status_code", json!(resp.status)));
+            (resp.status >= 500).then(|| format!("HTTP {}", resp.status))
+        }
+        Err(e) => {
+            attributes.push(("error.type", json!(e.kind())));
+            Some(e.kind().to_string())
+        }
+    };
+    otel::record(otel::Span {
+        trace_id: trace.trace_id,
+        span_id: trace.upstream_span_id,
+        parent: Some(trace.span_id),
+        name: method.to_string(),
+        kind: otel::Kind::Client,
+        start,
+        end: otel::now_nanos(),
+        attributes,
+        error,
+    });
 }

@@ -20,6 +20,8 @@ use toolgate_config::{BusinessStatus, SUPPORTED_PROTOCOL_VERSIONS};
 
 use crate::audit::Auditor;
 use crate::envelope::{self, ErrorEntry, Outcome};
+use crate::metrics;
+use crate::otel;
 use crate::policy::ratelimit::Limiter;
 use crate::policy::{clientip, Identity};
 use crate::runtime::{CompiledTool, Runtime};
@@ -94,6 +96,11 @@ impl Drop for InFlightGuard {
 }
 
 impl InFlight {
+    /// Calls running now.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
     /// Counts one call until the returned guard drops.
     pub fn enter(self: &Arc<Self>) -> InFlightGuard {
         self.count.fetch_add(1, Ordering::SeqCst);
@@ -174,11 +181,17 @@ fn rpc_error(
     if let Some(d) = data {
         error["data"] = d;
     }
-    json_response(
+    let mut resp = json_response(
         status,
         &json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error}),
-    )
+    );
+    resp.extensions_mut().insert(RpcCode(code));
+    resp
 }
+
+/// The JSON-RPC error code of a response, for the requests metric.
+#[derive(Clone, Copy)]
+struct RpcCode(i64);
 
 fn empty(status: StatusCode) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::new()));
@@ -235,6 +248,88 @@ impl Reply {
 
 /// Serves one HTTP request on the MCP listener.
 pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
+    let start = otel::now_nanos();
+    let mut info = RequestInfo {
+        method: "unknown",
+        trace: TraceContext::from_header(header_str(req.headers(), "traceparent")),
+        rpc_id: None,
+        tool: None,
+        session: header_str(req.headers(), SESSION_HEADER).map(|s| s.chars().take(128).collect()),
+    };
+    let resp = serve(shared, req, peer, &mut info).await;
+    let status = resp.status();
+    let rpc_code = resp.extensions().get::<RpcCode>().map(|c| c.0);
+    let code = match rpc_code {
+        Some(c) => metrics::rpc_code_label(c),
+        None if status.is_success() => "ok",
+        None => status.as_str(),
+    };
+    metrics::METRICS.requests.with_label_values(&[info.method, code]).inc();
+    if otel::enabled() && info.trace.sampled() {
+        server_span(&info, start, status, rpc_code);
+    }
+    resp
+}
+
+/// What a request turned out to be, for its metrics and its span.
+pub(crate) struct RequestInfo {
+    method: &'static str,
+    trace: TraceContext,
+    rpc_id: Option<String>,
+    tool: Option<String>,
+    session: Option<String>,
+}
+
+/// The request's span, following the OpenTelemetry MCP conventions where they exist.
+fn server_span(info: &RequestInfo, start: u64, status: StatusCode, rpc_code: Option<i64>) {
+    let mut attributes = vec![
+        ("mcp.method.name", json!(info.method)),
+        ("http.response.status_code", json!(status.as_u16())),
+        ("network.protocol.name", json!("http")),
+    ];
+    let mut name = info.method.to_string();
+    if let Some(tool) = &info.tool {
+        attributes.push(("gen_ai.tool.name", json!(tool)));
+        attributes.push(("gen_ai.operation.name", json!("execute_tool")));
+        name = format!("{name} {tool}");
+    }
+    if let Some(id) = &info.rpc_id {
+        attributes.push(("jsonrpc.request.id", json!(id)));
+    }
+    if let Some(sid) = &info.session {
+        attributes.push(("mcp.session.id", json!(sid)));
+    }
+    let error = match rpc_code {
+        Some(c) => {
+            attributes.push(("rpc.jsonrpc.error_code", json!(c)));
+            attributes.push(("error.type", json!(c.to_string())));
+            Some(format!("JSON-RPC error {c}"))
+        }
+        None if !status.is_success() => {
+            attributes.push(("error.type", json!(status.as_u16().to_string())));
+            Some(format!("HTTP {status}"))
+        }
+        None => None,
+    };
+    otel::record(otel::Span {
+        trace_id: info.trace.trace_id,
+        span_id: info.trace.span_id,
+        parent: info.trace.parent_id,
+        name,
+        kind: otel::Kind::Server,
+        start,
+        end: otel::now_nanos(),
+        attributes,
+        error,
+    });
+}
+
+async fn serve(
+    shared: Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+    peer: SocketAddr,
+    info: &mut RequestInfo,
+) -> Response<Body> {
     let rt = shared.runtime.load_full();
     if let Some((doc, paths)) = rt.auth.resource_metadata() {
         if req.method() == Method::GET && paths.contains(&req.uri().path()) {
@@ -269,8 +364,11 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
         }
     }
     let mut resp = match *req.method() {
-        Method::POST => post(&shared, &rt, req, peer).await,
-        Method::DELETE => delete(&shared, &rt, req, peer).await,
+        Method::POST => post(&shared, &rt, req, peer, info).await,
+        Method::DELETE => {
+            info.method = "DELETE";
+            delete(&shared, &rt, req, peer, info.trace).await
+        }
         Method::OPTIONS if origin.is_some() => preflight(),
         _ => {
             let mut r = rpc_error(
@@ -380,7 +478,8 @@ struct Refusal {
     reason: &'static str,
 }
 
-fn rate_limited(id: Option<&Value>, scope: &str, retry: Duration) -> Response<Body> {
+fn rate_limited(id: Option<&Value>, scope: &'static str, retry: Duration) -> Response<Body> {
+    metrics::METRICS.rate_limited.with_label_values(&[scope]).inc();
     let ms = u64::try_from(retry.as_millis()).unwrap_or(u64::MAX).max(1);
     let mut r = rpc_error(
         StatusCode::TOO_MANY_REQUESTS,
@@ -425,8 +524,13 @@ async fn gate(
     peer: SocketAddr,
     ip: std::net::IpAddr,
     id: Option<&Value>,
+    trace: TraceContext,
 ) -> Result<Caller, Refusal> {
     if parts.uri.query().is_some_and(crate::policy::auth::credential_in_query) {
+        metrics::METRICS
+            .auth_failures
+            .with_label_values(&["credentials_in_query"])
+            .inc();
         return Err(Refusal {
             response: rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -442,6 +546,7 @@ async fn gate(
     let mut identity = match rt.auth.authenticate(&parts.headers).await {
         Ok(i) => i,
         Err(e) => {
+            metrics::METRICS.auth_failures.with_label_values(&[e.reason()]).inc();
             let mut r = rpc_error(
                 e.status(),
                 id,
@@ -471,7 +576,6 @@ async fn gate(
             }
         }
     }
-    let trace = TraceContext::from_header(header_str(&parts.headers, "traceparent"));
     Ok(Caller {
         identity,
         ip,
@@ -490,13 +594,14 @@ async fn delete(
     rt: &Runtime,
     req: Request<hyper::body::Incoming>,
     peer: SocketAddr,
+    trace: TraceContext,
 ) -> Response<Body> {
     let (parts, _) = req.into_parts();
     let ip = client_ip(rt, &parts, peer);
     if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
         return rate_limited(None, "ip", retry);
     }
-    let caller = match gate(rt, &parts, peer, ip, None).await {
+    let caller = match gate(rt, &parts, peer, ip, None, trace).await {
         Ok(c) => c,
         Err(r) => return r.response,
     };
@@ -599,6 +704,7 @@ async fn post(
     rt: &Arc<Runtime>,
     req: Request<hyper::body::Incoming>,
     peer: SocketAddr,
+    info: &mut RequestInfo,
 ) -> Response<Body> {
     let server = &rt.config.server;
     let (parts, body) = req.into_parts();
@@ -684,6 +790,18 @@ async fn post(
     };
     let id = msg.get("id");
     let params = msg.get("params");
+    if otel::enabled() {
+        info.rpc_id = id.map(|i| match i {
+            Value::String(s) => s.chars().take(128).collect(),
+            other => other.to_string(),
+        });
+        if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+            info.tool = params
+                .and_then(|p| p.get("name"))
+                .and_then(Value::as_str)
+                .map(|n| n.chars().take(128).collect());
+        }
+    }
     // From here on a tools/call leaves exactly one audit record, whatever happens.
     let mut audit = (msg.get("method").and_then(Value::as_str) == Some("tools/call"))
         .then(|| CallAudit::new(shared.auditor.load_full(), id.unwrap_or(&Value::Null), params));
@@ -720,7 +838,10 @@ async fn post(
         return refuse(audit, "invalid_request", r);
     }
     let method = match msg.get("method") {
-        Some(Value::String(m)) => Some(m.as_str()),
+        Some(Value::String(m)) => {
+            info.method = metrics::method_label(m);
+            Some(m.as_str())
+        }
         Some(_) => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -742,7 +863,7 @@ async fn post(
         }
     };
 
-    let caller = match gate(rt, &parts, peer, ip, reply_id).await {
+    let caller = match gate(rt, &parts, peer, ip, reply_id, info.trace).await {
         Ok(c) => c,
         Err(r) => {
             if let Some(mut a) = audit {
