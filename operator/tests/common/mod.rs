@@ -223,6 +223,28 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// Starts the operator with `kubeconfig` and exactly `args` (plus a loopback admin port).
+    pub fn start_as(kubeconfig: &Path, args: &[&str]) -> Self {
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let log = control_plane().dir.join(format!("operator-sa-{}.log", admin.port()));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
+            .args(args)
+            .args([
+                "--admin-listen",
+                &admin.to_string(),
+                "--identity",
+                &format!("op-{}", admin.port()),
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("TOOLGATE_LOG", "info,kube_runtime=warn")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("start toolgate-operator");
+        Self { child, admin, log }
+    }
+
     /// Starts the operator for `ns` with lease `<ns>/<lease>`.
     pub fn start(ns: &str, lease: &str, extra: &[&str]) -> Self {
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();

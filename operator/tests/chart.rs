@@ -1,0 +1,355 @@
+//! The Helm chart with real tools: helm lint; helm template applied to a real kube-apiserver
+//! (server-side dry run, then a real helm install); the operator run with the chart's
+//! ServiceAccount token and the chart's arguments, reconciling a sample without one forbidden
+//! request, and that ServiceAccount refused what it does not need. Also: every dashboard panel
+//! and alert is valid PromQL over metrics the binaries export, and promtool's rule tests pass.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::DeleteParams;
+use kube::Api;
+use serde_json::{json, Value};
+use toolgate_operator::crd::{McpServer, McpTool};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn tool_path(name: &str) -> PathBuf {
+    let out = Command::new(repo().join("e2e/tools.sh"))
+        .args(["path", name])
+        .output()
+        .expect("e2e/tools.sh");
+    assert!(
+        out.status.success(),
+        "{name} is not built: run e2e/tools.sh build (test.sh does)"
+    );
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/toolgate")
+}
+
+/// Runs `cmd`, returns stdout; panics with stderr on failure.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn kubectl(args: &[&str]) -> String {
+    run(Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", &control_plane().kubeconfig))
+}
+
+fn helm(args: &[&str]) -> String {
+    run(Command::new(tool_path("helm"))
+        .args(args)
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .env("HELM_CACHE_HOME", control_plane().dir.join("helm/cache"))
+        .env("HELM_CONFIG_HOME", control_plane().dir.join("helm/config"))
+        .env("HELM_DATA_HOME", control_plane().dir.join("helm/data")))
+}
+
+#[test]
+fn the_chart_lints_and_its_crds_are_the_generated_ones() {
+    let out = helm(&["lint", chart().to_str().unwrap(), "--strict"]);
+    assert!(out.contains("0 chart(s) failed"), "{out}");
+    let chart_crds = std::fs::read_to_string(chart().join("crds/toolgate.yaml")).unwrap();
+    let crds = std::fs::read_to_string(repo().join("crds/toolgate.yaml")).unwrap();
+    assert!(
+        chart_crds == crds,
+        "charts/toolgate/crds/toolgate.yaml differs from crds/: cp crds/toolgate.yaml charts/toolgate/crds/"
+    );
+    // A typo in values fails the install instead of being ignored.
+    let bad = Command::new(tool_path("helm"))
+        .args([
+            "template",
+            "t",
+            chart().to_str().unwrap(),
+            "--set",
+            "operator.replica=3",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("replica"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+#[test]
+fn alert_rules_pass_their_promtool_tests() {
+    let promtool = tool_path("promtool");
+    let out = run(Command::new(&promtool)
+        .current_dir(chart())
+        .args(["test", "rules", "tests/alerts_test.yaml"]));
+    assert!(out.contains("SUCCESS"), "{out}");
+}
+
+/// Every `toolgate_*`/`process_*` metric in `expr` (histogram suffixes removed).
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if (expr[i..].starts_with("toolgate_") || expr[i..].starts_with("process_"))
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'))
+        {
+            let end = expr[i..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(expr.len(), |e| i + e);
+            let name = &expr[i..end];
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(name);
+            names.push(base.to_string());
+            i = end;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn every_dashboard_panel_and_alert_is_valid_promql_over_exported_metrics() {
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(chart().join("files/dashboard.json")).unwrap()).unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", panel["title"]);
+        for t in targets {
+            exprs.push((
+                panel["title"].as_str().unwrap().to_string(),
+                t["expr"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    let alerts: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap()).unwrap();
+    for g in alerts["groups"].as_array().unwrap() {
+        for r in g["rules"].as_array().unwrap() {
+            exprs.push((
+                r["alert"].as_str().unwrap().to_string(),
+                r["expr"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    let mut exported = toolgate_proxy::metrics::METRICS.names();
+    exported.extend(toolgate_operator::metrics::Metrics::new().names());
+    for (title, expr) in &exprs {
+        let names = metric_names(expr);
+        assert!(!names.is_empty(), "{title}: no Toolgate metric in {expr}");
+        for n in names {
+            assert!(
+                exported.contains(&n),
+                "{title}: `{n}` is not exported by toolgate-proxy or toolgate-operator"
+            );
+        }
+    }
+    // promtool parses each expression (as a recording rule; Grafana's variables substituted).
+    let rules: Vec<Value> = exprs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, e))| json!({"record": format!("toolgate:check_{i}"), "expr": e.replace("$__rate_interval", "5m").replace("$namespace", ".*")}))
+        .collect();
+    let file = control_plane_free_dir().join("dashboard-rules.yaml");
+    std::fs::write(
+        &file,
+        serde_yaml::to_string(&json!({"groups": [{"name": "dashboard", "rules": rules}]})).unwrap(),
+    )
+    .unwrap();
+    let out = run(Command::new(tool_path("promtool")).args(["check", "rules"]).arg(&file));
+    assert!(out.contains(&format!("SUCCESS: {} rules found", exprs.len())), "{out}");
+}
+
+fn control_plane_free_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("toolgate-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
+    let c = client().await;
+    let release_ns = namespace(&c, "toolgate-system").await;
+    let rendered = helm(&[
+        "template",
+        "toolgate",
+        chart().to_str().unwrap(),
+        "--namespace",
+        &release_ns,
+    ]);
+    let file = control_plane().dir.join("chart.yaml");
+    std::fs::write(&file, &rendered).unwrap();
+    let dry = kubectl(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-n",
+        &release_ns,
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(dry.contains("serverside-applied (server dry run)"), "{dry}");
+    let out = helm(&[
+        "install",
+        "toolgate",
+        chart().to_str().unwrap(),
+        "--namespace",
+        &release_ns,
+        "--wait=false",
+    ]);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    assert!(out.contains("Next steps"), "NOTES.txt: {out}");
+
+    // The operator as the chart runs it: its Deployment's args, its ServiceAccount's token.
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), &release_ns);
+    let d = deployments
+        .get("toolgate-operator")
+        .await
+        .expect("the chart's operator Deployment");
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let sa = pod.service_account_name.clone().unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.security_context.as_ref().unwrap().read_only_root_filesystem,
+        Some(true)
+    );
+    let args: Vec<String> = container
+        .args
+        .clone()
+        .unwrap()
+        .into_iter()
+        .filter(|a| !a.starts_with("--admin-listen"))
+        .collect();
+    let token = kubectl(&["create", "token", &sa, "-n", &release_ns, "--duration=1h"]);
+    let env: std::collections::HashMap<String, String> = std::fs::read_to_string(control_plane().dir.join("env"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .collect();
+    let sa_kubeconfig = control_plane().dir.join("operator-sa.kubeconfig");
+    std::fs::write(
+        &sa_kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: cp\n  cluster: {{server: {}, certificate-authority: {}}}\nusers:\n- name: sa\n  user: {{token: {}}}\ncontexts:\n- name: sa\n  context: {{cluster: cp, user: sa}}\ncurrent-context: sa\n",
+            env["APISERVER_URL"],
+            env["APISERVER_CA"],
+            token.trim()
+        ),
+    )
+    .unwrap();
+    let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let op = Operator::start_as(&sa_kubeconfig, &arg_refs);
+
+    // A sample in another namespace, reconciled end to end with that identity.
+    let ns = namespace(&c, "chart-sample").await;
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    let original = template(&c, &ns, "shop").await;
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+        ),
+    )
+    .await;
+    let servers: Api<McpServer> = Api::namespaced(c.clone(), &ns);
+    eventually("the sample Ready", WAIT, || async {
+        let s = servers.get("shop").await.ok()?;
+        s.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    let cm = Api::<ConfigMap>::namespaced(c.clone(), &ns)
+        .get("shop-toolgate")
+        .await
+        .unwrap();
+    assert!(cm.data.unwrap()["proxy.yaml"].contains("get_customer"));
+    let t = template(&c, &ns, "shop").await;
+    assert_eq!(
+        t["spec"]["initContainers"][0]["image"], "toolgate/toolgate-proxy:0.1.0",
+        "the chart's proxy image reaches the sidecar"
+    );
+    servers.delete("shop", &DeleteParams::default()).await.unwrap();
+    eventually("the finalizer done", WAIT, || async {
+        servers.get_opt("shop").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert_eq!(template(&c, &ns, "shop").await, original);
+    let logs = op.logs();
+    for bad in ["forbidden", "Forbidden", "403"] {
+        assert!(
+            !logs.contains(bad),
+            "a request was refused to the chart's ServiceAccount:\n{logs}"
+        );
+    }
+    assert_eq!(op.metrics()["toolgate_operator_leader"], 1.0);
+
+    // No broader than needed.
+    let who = format!("system:serviceaccount:{release_ns}:{sa}");
+    let can = |verb: &str, resource: &str, ns: &str| {
+        let out = Command::new("kubectl")
+            .args(["auth", "can-i", verb, resource, "-n", ns, "--as", &who])
+            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    for (verb, resource) in [
+        ("patch", "deployments"),
+        ("watch", "mcptools.toolgate.dev"),
+        ("patch", "mcpservers.toolgate.dev/status"),
+        ("create", "configmaps"),
+    ] {
+        assert!(can(verb, resource, &ns), "the operator needs {verb} {resource}");
+    }
+    for (verb, resource) in [
+        ("create", "secrets"),
+        ("update", "secrets"),
+        ("delete", "secrets"),
+        ("get", "pods"),
+        ("create", "pods/exec"),
+        ("delete", "mcpservers.toolgate.dev"),
+        ("create", "mcptools.toolgate.dev"),
+        ("update", "deployments"),
+        ("create", "namespaces"),
+        ("create", "clusterrolebindings"),
+        ("create", "serviceaccounts/token"),
+        ("patch", "nodes"),
+        ("delete", "customresourcedefinitions"),
+    ] {
+        assert!(
+            !can(verb, resource, &ns),
+            "the operator must not be able to {verb} {resource}"
+        );
+    }
+    assert!(can("update", "leases.coordination.k8s.io", &release_ns));
+    assert!(
+        !can("update", "leases.coordination.k8s.io", &ns),
+        "leases only in the release namespace"
+    );
+}
