@@ -301,13 +301,31 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
     .await;
     assert_eq!(template(&c, &ns, "shop").await, original);
     let logs = op.logs();
-    for bad in ["forbidden", "Forbidden", "403"] {
+    // The API's refusal reads "... is forbidden: User ... (Forbidden)"; a bare "403" would also
+    // match hex hashes in the log.
+    for bad in ["forbidden", "Forbidden"] {
         assert!(
             !logs.contains(bad),
             "a request was refused to the chart's ServiceAccount:\n{logs}"
         );
     }
     assert_eq!(op.metrics()["toolgate_operator_leader"], 1.0);
+    // promtool accepts a real scrape of the operator.
+    let mut check = Command::new(tool_path("promtool"))
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), op.metrics_text().as_bytes()).unwrap();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics (operator): {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // No broader than needed.
     let who = format!("system:serviceaccount:{release_ns}:{sa}");

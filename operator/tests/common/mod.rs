@@ -287,6 +287,11 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// `/metrics` as served.
+    pub fn metrics_text(&self) -> String {
+        http_get(self.admin, "/metrics").unwrap_or_default()
+    }
+
     /// `/metrics`, parsed into `name{labels}` → value.
     pub fn metrics(&self) -> BTreeMap<String, f64> {
         let body = http_get(self.admin, "/metrics").unwrap_or_default();
