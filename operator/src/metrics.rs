@@ -123,12 +123,7 @@ impl Metrics {
             &self.tools,
             &self.leader,
         ];
-        let mut names: Vec<String> = collectors
-            .iter()
-            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
-            .collect();
-        names.extend(toolgate_telemetry::process::NAMES.iter().map(|n| n.to_string()));
-        names
+        toolgate_telemetry::names(&collectors)
     }
 
     /// The text exposition of every metric.

@@ -30,9 +30,7 @@ impl McpServer {
 
     /// Merge `patch` (JSON) into the spec.
     pub fn with(mut self, patch: Value) -> Self {
-        let mut v = serde_json::to_value(&self.spec).expect("spec");
-        merge(&mut v, patch);
-        self.spec = serde_json::from_value(v).expect("valid spec");
+        self.spec = patched(&self.spec, patch);
         self
     }
 }
@@ -81,11 +79,16 @@ impl McpTool {
 
     /// Merge `patch` (JSON) into the spec.
     pub fn with(mut self, patch: Value) -> Self {
-        let mut v = serde_json::to_value(&self.spec).expect("spec");
-        merge(&mut v, patch);
-        self.spec = serde_json::from_value(v).expect("valid spec");
+        self.spec = patched(&self.spec, patch);
         self
     }
+}
+
+/// `spec` with `patch` merged in (JSON merge patch), still a valid spec.
+fn patched<T: serde::Serialize + serde::de::DeserializeOwned>(spec: &T, patch: Value) -> T {
+    let mut v = serde_json::to_value(spec).expect("spec");
+    merge(&mut v, patch);
+    serde_json::from_value(v).expect("valid spec")
 }
 
 /// JSON merge patch (RFC 7386).

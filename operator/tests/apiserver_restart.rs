@@ -10,7 +10,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::json;
-use toolgate_operator::crd::{McpServer, McpTool};
+use toolgate_operator::crd::McpTool;
 
 #[tokio::test]
 async fn the_operator_survives_a_kube_apiserver_restart() {
@@ -18,15 +18,7 @@ async fn the_operator_survives_a_kube_apiserver_restart() {
     let ns = namespace(&c, "apiserver").await;
     let _: Deployment = apply(&c, &ns, deployment("shop")).await;
     let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     // The default 15 s lease outlives a restart of a few seconds; a shorter one would make
     // the leader step down (and exit), which is what it should do then.
     let op = Operator::start(&ns, "toolgate", &["--lease-duration-seconds", "15"]);

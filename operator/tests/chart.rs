@@ -265,15 +265,7 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
     let _: Deployment = apply(&c, &ns, deployment("shop")).await;
     let original = template(&c, &ns, "shop").await;
     let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     let servers: Api<McpServer> = Api::namespaced(c.clone(), &ns);
     eventually("the sample Ready", WAIT, || async {
         let s = servers.get("shop").await.ok()?;

@@ -171,15 +171,7 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
         tool("create-ticket", "create_ticket", json!({"http": {"method": "POST", "path": "/tickets"}, "inputSchema": {"type": "object", "properties": {"subject": {"type": "string"}}}})),
     )
     .await;
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     let op = Operator::start(&ns, "toolgate", &[]);
 
     let ready = wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
@@ -356,15 +348,7 @@ async fn a_restarted_operator_converges_and_then_writes_nothing() {
     for i in 0..5 {
         let _: McpTool = apply(&c, &ns, tool(&format!("tool-{i}"), &format!("tool_{i}"), json!({}))).await;
     }
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     let mut first = Operator::start(&ns, "toolgate", &[]);
     eventually("a first ConfigMap", WAIT, || async {
         config_text(&c, &ns, "shop").await
@@ -536,15 +520,7 @@ async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
     let ns = namespace(&c, "leader").await;
     let _: Deployment = apply(&c, &ns, deployment("shop")).await;
     let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     let args = ["--lease-duration-seconds", "3"];
     let mut a = Operator::start(&ns, "toolgate", &args);
     let b = Operator::start(&ns, "toolgate", &args);
@@ -747,15 +723,7 @@ async fn foreign_objects_are_not_taken_over_and_a_co_owned_sidecar_is_still_remo
         .await
         .unwrap();
     let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     let _op = Operator::start(&ns, "toolgate", &[]);
     let m = wait_condition(&c, &ns, "McpServer", "shop", "Ready", "False", "ResourceConflict").await;
     assert!(m.contains("Service shop-mcp"), "{m}");

@@ -132,12 +132,7 @@ impl Metrics {
             &self.sessions_active,
             &self.upstream_in_flight,
         ];
-        let mut names: Vec<String> = collectors
-            .iter()
-            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
-            .collect();
-        names.extend(toolgate_telemetry::process::NAMES.iter().map(|n| n.to_string()));
-        names
+        toolgate_telemetry::names(&collectors)
     }
 
     /// The text exposition.

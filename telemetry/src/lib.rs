@@ -18,3 +18,14 @@ pub fn render(registry: &Registry) -> String {
     }
     String::from_utf8(buf).unwrap_or_default()
 }
+
+/// The metric family names of `collectors`, also those with no sample yet, plus the
+/// `process_*` names: what a dashboard or an alert may query.
+pub fn names(collectors: &[&dyn prometheus::core::Collector]) -> Vec<String> {
+    let mut names: Vec<String> = collectors
+        .iter()
+        .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
+        .collect();
+    names.extend(process::NAMES.iter().map(|n| n.to_string()));
+    names
+}

@@ -192,6 +192,12 @@ pub fn deployment(name: &str) -> Value {
     })
 }
 
+/// The McpServer `shop`: a sidecar in Deployment `shop`, upstream port 8080, defaults otherwise.
+pub async fn apply_shop_server(client: &Client, ns: &str) -> toolgate_operator::crd::McpServer {
+    let spec = json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}});
+    apply(client, ns, server("shop", spec)).await
+}
+
 pub fn server(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpServer", "metadata": {"name": name}, "spec": spec})
 }
