@@ -3,7 +3,8 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), `OTEL_SERVICE_NAME`,
 //! `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_EXPORTER_OTLP_HEADERS`; off when no endpoint is set.
 //! Spans go through a bounded queue to a background batcher, so a slow or absent collector
-//! never slows a call: when the queue is full spans are dropped and counted.
+//! never slows a call: when the queue is full spans are dropped and counted. On shutdown the
+//! queue is flushed (for up to 2 s).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -56,8 +57,14 @@ pub fn now_nanos() -> u64 {
         .unwrap_or(0)
 }
 
+enum Msg {
+    Span(Box<Span>),
+    /// Export what is queued now, then answer.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
 struct Exporter {
-    tx: mpsc::Sender<Span>,
+    tx: mpsc::Sender<Msg>,
     dropped: AtomicU64,
 }
 
@@ -75,10 +82,22 @@ pub fn enabled() -> bool {
 /// Queues a finished span (dropped and counted when the queue is full).
 pub fn record(span: Span) {
     if let Some(e) = EXPORTER.get() {
-        if e.tx.try_send(span).is_err() {
+        if e.tx.try_send(Msg::Span(Box::new(span))).is_err() {
             e.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Exports every span queued so far (on shutdown); gives up after `timeout`.
+pub async fn flush(timeout: Duration) {
+    let Some(e) = EXPORTER.get() else { return };
+    let (done, wait) = tokio::sync::oneshot::channel();
+    let flushed = async {
+        if e.tx.send(Msg::Flush(done)).await.is_ok() {
+            let _ = wait.await;
+        }
+    };
+    let _ = tokio::time::timeout(timeout, flushed).await;
 }
 
 /// Spans dropped because the queue was full.
@@ -158,7 +177,7 @@ pub fn init_from_env() {
     tokio::spawn(run(uri, headers, Value::Array(resource), rx));
 }
 
-async fn run(uri: http::Uri, headers: Vec<(String, String)>, resource: Value, mut rx: mpsc::Receiver<Span>) {
+async fn run(uri: http::Uri, headers: Vec<(String, String)>, resource: Value, mut rx: mpsc::Receiver<Msg>) {
     let https = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
         Ok(b) => b.https_or_http().enable_http1().build(),
         Err(e) => {
@@ -173,48 +192,69 @@ async fn run(uri: http::Uri, headers: Vec<(String, String)>, resource: Value, mu
     loop {
         let deadline = tokio::time::sleep(FLUSH_EVERY);
         tokio::pin!(deadline);
+        let mut flushed = None;
         loop {
             tokio::select! {
-                span = rx.recv() => match span {
-                    Some(s) => {
-                        batch.push(s);
+                msg = rx.recv() => match msg {
+                    Some(Msg::Span(s)) => {
+                        batch.push(*s);
                         if batch.len() >= BATCH {
                             break;
                         }
+                    }
+                    Some(Msg::Flush(done)) => {
+                        flushed = Some(done);
+                        break;
                     }
                     None => break,
                 },
                 _ = &mut deadline => break,
             }
         }
-        if batch.is_empty() {
-            if rx.is_closed() {
-                return;
-            }
-            continue;
+        if !batch.is_empty() {
+            export(&client, &uri, &headers, &resource, &batch, &mut failures).await;
+            batch.clear();
         }
-        let body = encode(&resource, &batch);
-        batch.clear();
-        let mut req = http::Request::post(uri.clone()).header(http::header::CONTENT_TYPE, "application/json");
-        for (k, v) in &headers {
-            req = req.header(k.as_str(), v.as_str());
+        if let Some(done) = flushed {
+            let _ = done.send(());
         }
-        let Ok(req) = req.body(Full::new(Bytes::from(body))) else {
-            continue;
-        };
-        match tokio::time::timeout(Duration::from_secs(10), client.request(req)).await {
-            Ok(Ok(resp)) if resp.status().is_success() => failures = 0,
-            outcome => {
-                failures += 1;
-                // One line per failure streak, not per batch.
-                if failures == 1 {
-                    let why = match outcome {
-                        Ok(Ok(r)) => format!("HTTP {}", r.status()),
-                        Ok(Err(e)) => e.to_string(),
-                        Err(_) => "timed out".into(),
-                    };
-                    tracing::warn!(endpoint = %uri, error = %why, "OTLP export failed; spans of this batch are lost");
-                }
+        if rx.is_closed() && rx.is_empty() {
+            return;
+        }
+    }
+}
+
+async fn export<C>(
+    client: &hyper_util::client::legacy::Client<C, Full<Bytes>>,
+    uri: &http::Uri,
+    headers: &[(String, String)],
+    resource: &Value,
+    batch: &[Span],
+    failures: &mut u32,
+) where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let body = encode(resource, batch);
+    let mut req = http::Request::post(uri.clone()).header(http::header::CONTENT_TYPE, "application/json");
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let Ok(req) = req.body(Full::new(Bytes::from(body))) else {
+        tracing::warn!("OTEL_EXPORTER_OTLP_HEADERS holds an invalid header; spans are not exported");
+        return;
+    };
+    match tokio::time::timeout(Duration::from_secs(10), client.request(req)).await {
+        Ok(Ok(resp)) if resp.status().is_success() => *failures = 0,
+        outcome => {
+            *failures += 1;
+            // One line per failure streak, not per batch.
+            if *failures == 1 {
+                let why = match outcome {
+                    Ok(Ok(r)) => format!("HTTP {}", r.status()),
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "timed out".into(),
+                };
+                tracing::warn!(endpoint = %uri, error = %why, "OTLP export failed; spans of this batch are lost");
             }
         }
     }
