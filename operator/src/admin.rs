@@ -35,9 +35,17 @@ fn reply(status: StatusCode, content_type: &str, body: String) -> Response<Full<
 }
 
 /// Answers one admin request.
-pub async fn handle(admin: &Admin, req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub async fn handle(admin: &Admin, req: Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if req.uri().path() == "/loglevel" && req.method() == Method::PUT {
+        // An operator action: from the pod itself (port-forward), not from the network.
+        if !peer.ip().is_loopback() {
+            return reply(
+                StatusCode::FORBIDDEN,
+                TEXT,
+                "PUT /loglevel is accepted from loopback only\n".into(),
+            );
+        }
         let body = match Limited::new(req.into_body(), 4096).collect().await {
             Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
             Err(_) => {
@@ -48,6 +56,13 @@ pub async fn handle(admin: &Admin, req: Request<Incoming>) -> Response<Full<Byte
                 )
             }
         };
+        if body.trim().is_empty() {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                TEXT,
+                "send a filter, for example `info` or `debug`\n".into(),
+            );
+        }
         return match toolgate_telemetry::log::set(&body) {
             Ok(()) => reply(
                 StatusCode::OK,
@@ -92,7 +107,7 @@ pub async fn serve(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<Socke
     let local = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
-            let (stream, _) = match listener.accept().await {
+            let (stream, peer) = match listener.accept().await {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(error = %e, "admin accept failed");
@@ -104,7 +119,7 @@ pub async fn serve(addr: SocketAddr, admin: Arc<Admin>) -> std::io::Result<Socke
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
                     let admin = admin.clone();
-                    async move { Ok::<_, Infallible>(handle(&admin, req).await) }
+                    async move { Ok::<_, Infallible>(handle(&admin, req, peer).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), svc)

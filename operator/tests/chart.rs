@@ -142,14 +142,13 @@ fn every_dashboard_panel_and_alert_is_valid_promql_over_exported_metrics() {
             ));
         }
     }
-    let alerts: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(chart().join("files/alerts.yaml")).unwrap()).unwrap();
-    for g in alerts["groups"].as_array().unwrap() {
-        for r in g["rules"].as_array().unwrap() {
-            exprs.push((
-                r["alert"].as_str().unwrap().to_string(),
-                r["expr"].as_str().unwrap().to_string(),
-            ));
+    for file in ["files/alerts-proxy.yaml", "files/alerts-operator.yaml"] {
+        let alerts: Value = serde_yaml::from_str(&std::fs::read_to_string(chart().join(file)).unwrap()).unwrap();
+        for g in alerts["groups"].as_array().unwrap() {
+            for r in g["rules"].as_array().unwrap() {
+                let name = r["alert"].as_str().unwrap().to_string();
+                exprs.push((name, r["expr"].as_str().unwrap().to_string()));
+            }
         }
     }
     let mut exported = toolgate_proxy::metrics::METRICS.names();

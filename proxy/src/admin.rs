@@ -30,7 +30,7 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 }
 
 /// Serves one admin request.
-pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Response<Body>
+pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>, peer: std::net::SocketAddr) -> Response<Body>
 where
     B: hyper::body::Body,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -45,6 +45,14 @@ where
             text(StatusCode::OK, toolgate_telemetry::METRICS_CONTENT_TYPE, m.render())
         }
         "/loglevel" if req.method() == Method::PUT => {
+            // Changing the log level is an operator action: from the pod itself (kubectl exec or
+            // port-forward), not from anyone who can reach the admin port over the network.
+            if !peer.ip().is_loopback() {
+                return reply(
+                    StatusCode::FORBIDDEN,
+                    json!({"error": "PUT /loglevel is accepted from loopback only (kubectl port-forward)"}),
+                );
+            }
             let body = match http_body_util::Limited::new(req.into_body(), 4096).collect().await {
                 Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
                 Err(_) => {
@@ -54,6 +62,12 @@ where
                     )
                 }
             };
+            if body.trim().is_empty() {
+                return reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"error": "send a filter, for example `info` or `info,toolgate_proxy=debug`"}),
+                );
+            }
             match toolgate_telemetry::log::set(&body) {
                 Ok(()) => reply(StatusCode::OK, json!({"filter": toolgate_telemetry::log::current()})),
                 Err(e) => reply(StatusCode::BAD_REQUEST, json!({"error": e})),

@@ -229,7 +229,12 @@ impl Auditor {
         let mut line = serde_json::to_vec(rec).unwrap_or_default();
         line.push(b'\n');
         if tx.try_send(Msg::Line(line)).is_err() {
-            crate::metrics::METRICS.audit_dropped.inc();
+            let m = &crate::metrics::METRICS;
+            if counts_for_health {
+                m.audit_dropped.inc();
+            } else {
+                m.audit_dropped_unauthenticated.inc();
+            }
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             if counts_for_health {
                 self.healthy.store(false, Ordering::Relaxed);

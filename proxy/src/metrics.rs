@@ -34,6 +34,11 @@ pub struct Metrics {
     pub audit_records: IntCounterVec,
     /// `toolgate_audit_dropped_total`.
     pub audit_dropped: IntCounter,
+    /// `toolgate_audit_dropped_unauthenticated_total`: records of requests refused before
+    /// authentication, dropped (an anonymous flood must not page as lost audit).
+    pub audit_dropped_unauthenticated: IntCounter,
+    /// `toolgate_otel_spans_dropped_total`.
+    pub spans_dropped: IntCounter,
     /// `toolgate_config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
     /// `toolgate_config_generation`.
@@ -42,6 +47,12 @@ pub struct Metrics {
     pub sessions_active: IntGauge,
     /// `toolgate_upstream_in_flight` (set at scrape time).
     pub upstream_in_flight: IntGauge,
+}
+
+fn plain(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("metric");
+    registry.register(Box::new(c.clone())).expect("unique metric");
+    c
 }
 
 const CALL_BUCKETS: [f64; 14] = [
@@ -81,7 +92,7 @@ impl Metrics {
             tool_duration: histogram("toolgate_tool_call_duration_seconds", "Time from a tools/call arriving to its result, by tool.", &["tool"]),
             upstream_duration: histogram(
                 "toolgate_upstream_request_duration_seconds",
-                "Time of the upstream HTTP request of a tools/call, by tool and HTTP status (or timeout, connect, io, too_large).",
+                "Time of the upstream HTTP request of a tools/call, by tool and HTTP status (or timeout, connect, transport, too_large).",
                 &["tool", "code"],
             ),
             validation_failures: counter(
@@ -92,11 +103,13 @@ impl Metrics {
             auth_failures: counter("toolgate_auth_failures_total", "Requests refused by authentication, by reason.", &["reason"]),
             rate_limited: counter("toolgate_rate_limited_total", "Requests refused by a rate limit, by scope (ip, identity, tool).", &["scope"]),
             audit_records: counter("toolgate_audit_records_total", "Audit records queued for writing, by decision.", &["decision"]),
-            audit_dropped: {
-                let c = IntCounter::new("toolgate_audit_dropped_total", "Audit records lost: buffer full or write failed.").expect("metric");
-                registry.register(Box::new(c.clone())).expect("unique metric");
-                c
-            },
+            audit_dropped: plain(&registry, "toolgate_audit_dropped_total", "Audit records of authenticated requests lost: buffer full or write failed."),
+            audit_dropped_unauthenticated: plain(
+                &registry,
+                "toolgate_audit_dropped_unauthenticated_total",
+                "Audit records of requests refused before authentication, dropped because the buffer was full.",
+            ),
+            spans_dropped: plain(&registry, "toolgate_otel_spans_dropped_total", "Trace spans dropped because the export queue was full."),
             config_reloads: counter(
                 "toolgate_config_reloads_total",
                 "Config reloads, by result (applied; refused: invalid, the old config keeps serving; unreadable: the file cannot be read).",
@@ -110,6 +123,17 @@ impl Metrics {
         m.registry
             .register(Box::new(toolgate_telemetry::process::ProcessCollector::new()))
             .expect("process metrics");
+        // Every bounded label value starts at 0, so the first increment is a visible change
+        // (increase() over a series that appears at 1 reads 0).
+        for r in ["applied", "refused", "unreadable"] {
+            m.config_reloads.with_label_values(&[r]);
+        }
+        for s in ["ip", "identity", "tool"] {
+            m.rate_limited.with_label_values(&[s]);
+        }
+        for d in ["allowed", "denied", "invalid", "rate_limited", "cancelled"] {
+            m.audit_records.with_label_values(&[d]);
+        }
         m
     }
 
@@ -117,7 +141,7 @@ impl Metrics {
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 13] = [
+        let collectors: [&dyn Collector; 15] = [
             &self.requests,
             &self.tool_calls,
             &self.tool_duration,
@@ -127,6 +151,8 @@ impl Metrics {
             &self.rate_limited,
             &self.audit_records,
             &self.audit_dropped,
+            &self.audit_dropped_unauthenticated,
+            &self.spans_dropped,
             &self.config_reloads,
             &self.config_generation,
             &self.sessions_active,

@@ -69,6 +69,66 @@ struct Exporter {
 }
 
 static EXPORTER: OnceLock<Exporter> = OnceLock::new();
+static SAMPLER: OnceLock<Sampler> = OnceLock::new();
+
+/// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Sampler {
+    /// Share of new (root) traces sampled.
+    ratio: f64,
+    /// Follow the client's sampled flag when it sends a `traceparent`.
+    parent_based: bool,
+}
+
+impl Sampler {
+    fn from_env() -> Self {
+        let name = std::env::var("OTEL_TRACES_SAMPLER").unwrap_or_default();
+        let arg = std::env::var("OTEL_TRACES_SAMPLER_ARG")
+            .ok()
+            .and_then(|a| a.trim().parse::<f64>().ok())
+            .filter(|r| (0.0..=1.0).contains(r));
+        let (ratio, parent_based) = match name.trim() {
+            "always_on" => (1.0, false),
+            "always_off" => (0.0, false),
+            "traceidratio" => (arg.unwrap_or(1.0), false),
+            "parentbased_always_off" => (0.0, true),
+            "parentbased_traceidratio" => (arg.unwrap_or(1.0), true),
+            "" | "parentbased_always_on" => (1.0, true),
+            other => {
+                tracing::warn!(
+                    sampler = other,
+                    "unknown OTEL_TRACES_SAMPLER; using parentbased_always_on"
+                );
+                (1.0, true)
+            }
+        };
+        Self { ratio, parent_based }
+    }
+
+    /// Whether a trace with this id is sampled (deterministic in the id, as the spec's
+    /// TraceIdRatioBased: the low 8 bytes against the ratio).
+    fn by_ratio(&self, trace_id: &[u8; 16]) -> bool {
+        if self.ratio >= 1.0 {
+            return true;
+        }
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&trace_id[8..]);
+        (u64::from_be_bytes(low) >> 1) < (self.ratio * (u64::MAX >> 1) as f64) as u64
+    }
+}
+
+/// The sampled flag of a request's trace: the client's decision (`parent`, when it sent a
+/// `traceparent`) under a parent-based sampler, else the ratio. Without an exporter every
+/// trace stays sampled, as the client asked or as new traces always were.
+pub fn sampled(trace_id: &[u8; 16], parent: Option<bool>) -> bool {
+    let Some(sampler) = SAMPLER.get() else {
+        return parent.unwrap_or(true);
+    };
+    match parent {
+        Some(p) if sampler.parent_based => p,
+        _ => sampler.by_ratio(trace_id),
+    }
+}
 
 const QUEUE: usize = 4096;
 const BATCH: usize = 512;
@@ -84,6 +144,7 @@ pub fn record(span: Span) {
     if let Some(e) = EXPORTER.get() {
         if e.tx.try_send(Msg::Span(Box::new(span))).is_err() {
             e.dropped.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::METRICS.spans_dropped.inc();
         }
     }
 }
@@ -163,6 +224,7 @@ pub fn init_from_env() {
         }
     }
     let headers = pairs("OTEL_EXPORTER_OTLP_HEADERS");
+    let _ = SAMPLER.set(Sampler::from_env());
     let (tx, rx) = mpsc::channel(QUEUE);
     if EXPORTER
         .set(Exporter {
@@ -305,6 +367,32 @@ pub fn encode(resource: &Value, spans: &[Span]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratio_sampling_is_deterministic_and_close_to_the_ratio() {
+        let s = Sampler {
+            ratio: 0.25,
+            parent_based: true,
+        };
+        let mut hits = 0;
+        for i in 0u64..4000 {
+            let mut id = [0u8; 16];
+            id[8..].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
+            assert_eq!(s.by_ratio(&id), s.by_ratio(&id));
+            hits += usize::from(s.by_ratio(&id));
+        }
+        assert!((800..1200).contains(&hits), "{hits} of 4000 at 25%");
+        assert!(Sampler {
+            ratio: 1.0,
+            parent_based: false
+        }
+        .by_ratio(&[0xff; 16]));
+        assert!(!Sampler {
+            ratio: 0.0,
+            parent_based: false
+        }
+        .by_ratio(&[0; 16]));
+    }
 
     #[test]
     fn spans_encode_as_otlp_json_with_hex_ids_and_string_nanos() {

@@ -146,7 +146,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         stop_rx.clone(),
         grace,
         64,
-        move |req, _peer| admin::handle(s.clone(), req),
+        move |req, peer| admin::handle(s.clone(), req, peer),
     )));
     tasks.push(tokio::spawn(sweep_sessions(shared.clone(), stop_rx.clone())));
     if let Some(path) = opts.config_path {

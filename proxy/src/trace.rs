@@ -59,7 +59,13 @@ impl TraceContext {
             let flags = hex::<1>(flags)?[0];
             (trace_id != [0; 16] && parent != [0; 8]).then_some((trace_id, Some(parent), flags))
         });
-        let (trace_id, parent_id, flags) = parsed.unwrap_or_else(|| (random(), None, 1));
+        let (trace_id, parent_id, flags) = match parsed {
+            Some((t, p, f)) => (t, p, (f & !1) | u8::from(crate::otel::sampled(&t, Some(f & 1 == 1)))),
+            None => {
+                let t = random();
+                (t, None, u8::from(crate::otel::sampled(&t, None)))
+            }
+        };
         Self {
             trace_id,
             span_id: random(),
@@ -74,14 +80,16 @@ impl TraceContext {
         to_hex(&self.trace_id)
     }
 
-    /// The `traceparent` for the upstream request (the proxy's upstream call span as parent).
+    /// The `traceparent` for the upstream request: the proxy's upstream call span as parent when
+    /// that span is exported; otherwise the client's span, so the trace is not cut at a span
+    /// nobody will ever see.
     pub fn traceparent(&self) -> String {
-        format!(
-            "00-{}-{}-{:02x}",
-            to_hex(&self.trace_id),
-            to_hex(&self.upstream_span_id),
-            self.flags
-        )
+        let parent = if crate::otel::enabled() && self.sampled() {
+            self.upstream_span_id
+        } else {
+            self.parent_id.unwrap_or(self.upstream_span_id)
+        };
+        format!("00-{}-{}-{:02x}", to_hex(&self.trace_id), to_hex(&parent), self.flags)
     }
 
     /// Whether the trace is sampled.
@@ -99,10 +107,12 @@ mod tests {
         let t = TraceContext::from_header(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
         assert_eq!(t.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert!(t.traceparent().starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
-        assert!(!t.traceparent().contains("00f067aa0ba902b7"));
         assert_eq!(t.parent_id.map(|p| to_hex(&p)).as_deref(), Some("00f067aa0ba902b7"));
-        assert!(t.traceparent().contains(&to_hex(&t.upstream_span_id)));
         assert_ne!(t.span_id, t.upstream_span_id);
+        // No spans are exported here (no OTLP endpoint): the upstream continues the client's
+        // span, so the trace is not cut at a span nobody sees. (With an exporter the proxy's
+        // upstream call span is the parent: proxy/tests/otel.rs.)
+        assert!(t.traceparent().contains("00f067aa0ba902b7"), "{}", t.traceparent());
         let n = TraceContext::from_header(Some("garbage"));
         assert_ne!(n.trace_id, [0; 16]);
         assert_eq!(n.traceparent().len(), 55);

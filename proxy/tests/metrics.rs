@@ -136,6 +136,17 @@ async fn a_scrape_counts_calls_by_tool_status_and_tier_with_bounded_labels() {
         1.0
     );
     assert_eq!(self::value(&after, "toolgate_config_generation", &[]), 1.0);
+    // Bounded label values exist from the start (at 0), so a first increment shows in increase().
+    for (name, label, v) in [
+        ("toolgate_config_reloads_total", "result", "refused"),
+        ("toolgate_rate_limited_total", "scope", "identity"),
+        ("toolgate_audit_records_total", "decision", "denied"),
+    ] {
+        let present = after
+            .iter()
+            .any(|(n, l, _)| n == name && l.get(label).map(String::as_str) == Some(v));
+        assert!(present, "{name}{{{label}={v}}} missing");
+    }
     assert!(self::value(&after, "toolgate_sessions_active", &[]) >= 1.0);
     assert!(self::value(&after, "process_resident_memory_bytes", &[]) > 0.0);
     // A made-up tool name never becomes a label value.
@@ -200,6 +211,8 @@ async fn the_log_level_changes_at_runtime_on_the_admin_port() {
     );
     let (status, _, body) = send(&h.http, "PUT", &url, &[], Bytes::from("info,[[[")).await;
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
+    let (status, _, _) = send(&h.http, "PUT", &url, &[], Bytes::from("  ")).await;
+    assert_eq!(status, 400, "an empty filter is refused, not read as `error`");
     let (_, _, body) = send(&h.http, "GET", &url, &[], Bytes::new()).await;
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&body).unwrap()["filter"],

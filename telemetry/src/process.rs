@@ -17,6 +17,7 @@ pub struct ProcessCollector {
     start_time: Gauge,
     threads: Gauge,
     descs: Vec<Desc>,
+    refreshing: std::sync::Mutex<()>,
 }
 
 impl ProcessCollector {
@@ -51,6 +52,7 @@ impl ProcessCollector {
             start_time,
             threads,
             descs,
+            refreshing: std::sync::Mutex::new(()),
         };
         if let Some(start) = start_time_seconds() {
             s.start_time.set(start);
@@ -59,6 +61,8 @@ impl ProcessCollector {
     }
 
     fn refresh(&self) {
+        // Concurrent scrapes would both add the same CPU delta.
+        let _one_at_a_time = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
         let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
             return;
         };

@@ -148,7 +148,11 @@ impl CallAudit {
             (Some(_), Some(t)) => t,
             _ => metrics::UNKNOWN,
         };
-        let status = r.status.unwrap_or(r.decision);
+        // A refusal is labelled by its decision even when it carries an outcome (a role too low).
+        let status = match (r.decision, r.status) {
+            ("allowed", Some(s)) => s,
+            (decision, _) => decision,
+        };
         m.tool_call(tool, status, r.tier.unwrap_or(metrics::UNKNOWN), self.started.elapsed());
         if matches!(r.reason, "invalid_arguments" | "arguments_not_object") {
             m.validation_failures.with_label_values(&[tool]).inc();

@@ -248,32 +248,80 @@ impl Reply {
 
 /// Serves one HTTP request on the MCP listener.
 pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, peer: SocketAddr) -> Response<Body> {
-    let start = otel::now_nanos();
-    let mut info = RequestInfo {
-        method: "unknown",
-        trace: TraceContext::from_header(header_str(req.headers(), "traceparent")),
-        rpc_id: None,
-        tool: None,
-        session: header_str(req.headers(), SESSION_HEADER).map(|s| s.chars().take(128).collect()),
+    let mut record = RequestRecord {
+        start: otel::now_nanos(),
+        info: RequestInfo {
+            method: "unknown",
+            method_name: None,
+            trace: TraceContext::from_header(header_str(req.headers(), "traceparent")),
+            rpc_id: None,
+            tool: None,
+            session: header_str(req.headers(), SESSION_HEADER).map(|s| s.chars().take(128).collect()),
+        },
+        done: false,
     };
-    let resp = serve(shared, req, peer, &mut info).await;
-    let status = resp.status();
-    let rpc_code = resp.extensions().get::<RpcCode>().map(|c| c.0);
-    let code = match rpc_code {
-        Some(c) => metrics::rpc_code_label(c),
-        None if status.is_success() => "ok",
-        None => status.as_str(),
-    };
-    metrics::METRICS.requests.with_label_values(&[info.method, code]).inc();
-    if otel::enabled() && info.trace.sampled() {
-        server_span(&info, start, status, rpc_code);
-    }
+    let resp = serve(shared, req, peer, &mut record.info).await;
+    record.finish(resp.status(), resp.extensions().get::<RpcCode>().map(|c| c.0));
     resp
+}
+
+/// Counts the request and ends its span exactly once: when the response is ready, or (the
+/// client went away and the handler was dropped) on drop, as `client_gone`.
+struct RequestRecord {
+    start: u64,
+    info: RequestInfo,
+    done: bool,
+}
+
+impl RequestRecord {
+    fn finish(&mut self, status: StatusCode, rpc_code: Option<i64>) {
+        self.done = true;
+        // Refusals are labelled by their HTTP status; JSON-RPC errors in a 200 by their code.
+        let code = match rpc_code {
+            _ if status != StatusCode::OK && status != StatusCode::ACCEPTED => status.as_str(),
+            Some(c) => metrics::rpc_code_label(c),
+            None => "ok",
+        };
+        metrics::METRICS
+            .requests
+            .with_label_values(&[self.info.method, code])
+            .inc();
+        if otel::enabled() && self.info.trace.sampled() {
+            let error = match rpc_code {
+                Some(c) => Some((c.to_string(), format!("JSON-RPC error {c}"))),
+                None if !status.is_success() => Some((status.as_u16().to_string(), format!("HTTP {status}"))),
+                None => None,
+            };
+            server_span(&self.info, self.start, Some(status), rpc_code, error);
+        }
+    }
+}
+
+impl Drop for RequestRecord {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        metrics::METRICS
+            .requests
+            .with_label_values(&[self.info.method, "client_gone"])
+            .inc();
+        if otel::enabled() && self.info.trace.sampled() {
+            let error = Some((
+                "client_gone".to_string(),
+                "the client went away before the response".to_string(),
+            ));
+            server_span(&self.info, self.start, None, None, error);
+        }
+    }
 }
 
 /// What a request turned out to be, for its metrics and its span.
 pub(crate) struct RequestInfo {
+    /// Bounded label value.
     method: &'static str,
+    /// The method as sent (for the span attribute), when it is a string.
+    method_name: Option<String>,
     trace: TraceContext,
     rpc_id: Option<String>,
     tool: Option<String>,
@@ -281,12 +329,22 @@ pub(crate) struct RequestInfo {
 }
 
 /// The request's span, following the OpenTelemetry MCP conventions where they exist.
-fn server_span(info: &RequestInfo, start: u64, status: StatusCode, rpc_code: Option<i64>) {
+fn server_span(
+    info: &RequestInfo,
+    start: u64,
+    status: Option<StatusCode>,
+    rpc_code: Option<i64>,
+    error: Option<(String, String)>,
+) {
+    let method = info.method_name.as_deref().unwrap_or(info.method);
     let mut attributes = vec![
-        ("mcp.method.name", json!(info.method)),
-        ("http.response.status_code", json!(status.as_u16())),
+        ("mcp.method.name", json!(method)),
         ("network.protocol.name", json!("http")),
     ];
+    if let Some(status) = status {
+        attributes.push(("http.response.status_code", json!(status.as_u16())));
+    }
+    // The span name stays bounded: the metric's method label, and a tool of the config only.
     let mut name = info.method.to_string();
     if let Some(tool) = &info.tool {
         attributes.push(("gen_ai.tool.name", json!(tool)));
@@ -299,18 +357,13 @@ fn server_span(info: &RequestInfo, start: u64, status: StatusCode, rpc_code: Opt
     if let Some(sid) = &info.session {
         attributes.push(("mcp.session.id", json!(sid)));
     }
-    let error = match rpc_code {
-        Some(c) => {
-            attributes.push(("rpc.jsonrpc.error_code", json!(c)));
-            attributes.push(("error.type", json!(c.to_string())));
-            Some(format!("JSON-RPC error {c}"))
-        }
-        None if !status.is_success() => {
-            attributes.push(("error.type", json!(status.as_u16().to_string())));
-            Some(format!("HTTP {status}"))
-        }
-        None => None,
-    };
+    if let Some(c) = rpc_code {
+        attributes.push(("rpc.jsonrpc.error_code", json!(c)));
+    }
+    let error = error.map(|(kind, message)| {
+        attributes.push(("error.type", json!(kind)));
+        message
+    });
     otel::record(otel::Span {
         trace_id: info.trace.trace_id,
         span_id: info.trace.span_id,
@@ -796,10 +849,12 @@ async fn post(
             other => other.to_string(),
         });
         if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+            // Only a tool of the config names a span; anything else a client sends does not.
             info.tool = params
                 .and_then(|p| p.get("name"))
                 .and_then(Value::as_str)
-                .map(|n| n.chars().take(128).collect());
+                .filter(|n| rt.tool_index(n).is_some())
+                .map(str::to_string);
         }
     }
     // From here on a tools/call leaves exactly one audit record, whatever happens.
@@ -840,6 +895,9 @@ async fn post(
     let method = match msg.get("method") {
         Some(Value::String(m)) => {
             info.method = metrics::method_label(m);
+            if otel::enabled() {
+                info.method_name = Some(m.chars().take(64).collect());
+            }
             Some(m.as_str())
         }
         Some(_) => {
