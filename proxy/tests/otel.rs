@@ -113,7 +113,10 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
         http,
         url,
         "2025-06-18",
-        &[("traceparent", &format!("00-{trace_id}-{client_span}-01"))],
+        &[
+            ("traceparent", &format!("00-{trace_id}-{client_span}-01")),
+            ("tracestate", "vendor=abc,other=x"),
+        ],
     )
     .await;
     let (env, is_error) = s.envelope("echo", json!({"id": "a1"})).await;
@@ -125,6 +128,11 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
     assert!(
         upstream_parent.starts_with(&format!("00-{trace_id}-")),
         "{upstream_parent}"
+    );
+
+    assert_eq!(
+        env["data"]["headers"]["tracestate"], "vendor=abc,other=x",
+        "tracestate forwarded unchanged"
     );
 
     // Stop the proxy at once: the spans still queued are exported on the way out.

@@ -305,6 +305,13 @@ pub(crate) async fn tools_call(
     let pv = &rt.provenance;
     let mut extra: Vec<(HeaderName, HeaderValue)> = Vec::with_capacity(6);
     extra.extend(header_value(&caller.trace.traceparent()).map(|v| (HeaderName::from_static("traceparent"), v)));
+    extra.extend(
+        caller
+            .tracestate
+            .as_deref()
+            .and_then(header_value)
+            .map(|v| (HeaderName::from_static("tracestate"), v)),
+    );
     extra.extend(header_value(&who.subject).map(|v| (pv.subject.clone(), v)));
     extra.extend(
         who.agent

@@ -521,6 +521,9 @@ pub(crate) struct Caller {
     pub identity: Identity,
     pub ip: std::net::IpAddr,
     pub trace: TraceContext,
+    /// The client's W3C `tracestate`, forwarded unchanged (at most 512 bytes, as the spec allows
+    /// a receiver to truncate).
+    pub tracestate: Option<String>,
     pub request_id: String,
 }
 
@@ -633,6 +636,9 @@ async fn gate(
         identity,
         ip,
         trace,
+        tracestate: header_str(&parts.headers, "tracestate")
+            .filter(|v| !v.is_empty() && v.len() <= 512)
+            .map(str::to_string),
         request_id: next_request_id(),
     })
 }
@@ -722,6 +728,7 @@ async fn throttled(
     body: hyper::body::Incoming,
     ip: std::net::IpAddr,
     retry: Duration,
+    info: &mut RequestInfo,
 ) -> Response<Body> {
     let small = header_str(&parts.headers, CONTENT_LENGTH.as_str())
         .and_then(|v| v.parse::<u64>().ok())
@@ -735,6 +742,9 @@ async fn throttled(
         .await
         {
             if let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(&b.to_bytes()) {
+                if let Some(m) = msg.get("method").and_then(Value::as_str) {
+                    info.method = metrics::method_label(m);
+                }
                 if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
                     let mut a = CallAudit::new(
                         shared.auditor.load_full(),
@@ -766,7 +776,7 @@ async fn post(
     // client over its limit.
     let ip = client_ip(rt, &parts, peer);
     if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
-        return throttled(shared, &parts, body, ip, retry).await;
+        return throttled(shared, &parts, body, ip, retry, info).await;
     }
     let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
     if !ct.to_ascii_lowercase().starts_with("application/json") {
