@@ -597,19 +597,21 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
         "{} is missing: cargo build -p toolgate-proxy",
         proxy_bin.display()
     );
-    let mut proxy = std::process::Command::new(&proxy_bin)
-        .args([
-            "--config",
-            mount.join("proxy.yaml").to_str().unwrap(),
-            "--bind-host",
-            "127.0.0.1",
-            "--reload-interval-ms",
-            "200",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start toolgate-proxy");
+    let mut proxy = KillOnDrop(
+        std::process::Command::new(&proxy_bin)
+            .args([
+                "--config",
+                mount.join("proxy.yaml").to_str().unwrap(),
+                "--bind-host",
+                "127.0.0.1",
+                "--reload-interval-ms",
+                "200",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start toolgate-proxy"),
+    );
     let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
     eventually("the proxy ready", WAIT, || async { http_get(admin, "/readyz") }).await;
 
@@ -650,9 +652,10 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
             .contains("Edited in the cluster"),
         "{second}"
     );
-    assert!(proxy.try_wait().unwrap().is_none(), "the proxy must not have restarted");
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    assert!(
+        proxy.0.try_wait().unwrap().is_none(),
+        "the proxy must not have restarted"
+    );
 }
 
 #[tokio::test]
@@ -780,4 +783,14 @@ async fn foreign_objects_are_not_taken_over_and_a_co_owned_sidecar_is_still_remo
             .is_some(),
         "the foreign Service was deleted"
     );
+}
+
+/// A child process killed when the test ends, also when it fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
