@@ -72,6 +72,8 @@ SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=e2e/lib.sh
+. "$(dirname "$SELF")/lib.sh"
 
 # Paths removed and pids killed if the script exits before it is done (set -e, die, signal).
 CLEANUP_PATHS=()
@@ -112,15 +114,6 @@ kill_and_wait() {
 # build
 # ---------------------------------------------------------------------------------------------
 
-# go_build_in_module <tmpdir> <out> <package> <ldflags>: builds in the throwaway module at tmpdir.
-go_build_in_module() {
-  local mod=$1 out=$2 pkg=$3 ldflags=$4
-  (
-    cd "$mod"
-    CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod" nice -n 19 \
-      go build -trimpath -ldflags="$ldflags" -o "$out" "$pkg"
-  )
-}
 
 build_kube_apiserver() {
   [[ -x $KUBE_APISERVER_BIN ]] && return 0
@@ -187,15 +180,12 @@ build_etcd() {
 
 cmd_build() {
   [[ -x $ETCD_BIN && -x $KUBE_APISERVER_BIN ]] && return 0
-  # One build at a time per cache (parallel test processes may all call start on a cold cache).
-  mkdir -p "$CACHE_DIR/bin"
-  if command -v flock >/dev/null; then
-    exec 9>"$CACHE_DIR/bin/.build.lock"
-    flock 9
-  fi
+  with_build_lock build_control_plane
+}
+
+build_control_plane() {
   build_etcd
   build_kube_apiserver
-  if command -v flock >/dev/null; then exec 9>&-; fi
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -209,23 +199,6 @@ fmt_ms() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }
 # PICKED_PORTS. Picked at random in 20000-32767, below Linux's ephemeral range (32768-60999)
 # so outgoing connections never hold it, and at random so parallel control planes rarely
 # collide (start retries on new ports if one was taken between the pick and the bind).
-PICKED_PORTS=" "
-free_port() {
-  local p i
-  for ((i = 0; i < 500; i++)); do
-    p=$((20000 + RANDOM % 12768))
-    [[ $PICKED_PORTS == *" $p "* ]] && continue
-    if command -v ss >/dev/null; then
-      [[ -z $(ss -Htan "( sport = :$p )" 2>/dev/null) ]] || continue
-    elif (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      continue
-    fi
-    PICKED_PORTS+="$p "
-    FREE_PORT=$p
-    return 0
-  done
-  die "no free port found on 127.0.0.1"
-}
 
 # pid_is_ours <pid> <dir>: the pid is alive and its command line mentions <dir>/.
 pid_is_ours() {
@@ -506,6 +479,7 @@ cmd_start() {
   if [[ -n ${CONTROL_PLANE_STOP_WITH_PID:-} ]]; then
     # Watchdog: stop (and with CONTROL_PLANE_REMOVE_DIR=1 remove) this control plane once
     # that process is gone, so a test run that is killed leaves nothing behind.
+    # shellcheck disable=SC2016  # expanded by the inner bash
     setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done
       "$2" stop "$3" >/dev/null 2>&1; if [[ $4 == 1 ]]; then rm -rf "$3"; fi' \
       _ "$CONTROL_PLANE_STOP_WITH_PID" "$SELF" "$DIR" "${CONTROL_PLANE_REMOVE_DIR:-0}" \

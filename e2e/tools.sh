@@ -84,6 +84,8 @@ OTELCOL_BIN=$CACHE_DIR/bin/otelcol-$OTELCOL_VERSION/otelcol-toolgate
 
 log() { printf '[tools] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=e2e/lib.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 # Paths removed and pids killed if the script exits before it is done (set -e, die, signal).
 CLEANUP_PATHS=()
@@ -115,15 +117,6 @@ tool_bin() {
 # build
 # ---------------------------------------------------------------------------------------------
 
-# go_build_in_module <tmpdir> <out> <package> <ldflags>: builds in the throwaway module at tmpdir.
-go_build_in_module() {
-  local mod=$1 out=$2 pkg=$3 ldflags=$4
-  (
-    cd "$mod"
-    CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=mod" nice -n 19 \
-      go build -trimpath -ldflags="$ldflags" -o "$out" "$pkg"
-  )
-}
 
 # download_gomod <tmpdir> <module@version>: downloads the module, prints the path of its go.mod.
 download_gomod() {
@@ -344,16 +337,6 @@ EOF
   log "built otelcol-toolgate $OTELCOL_VERSION in $((SECONDS - start)) s: $OTELCOL_BIN"
 }
 
-# with_build_lock <command...>: one build at a time per cache (shared with control-plane.sh).
-with_build_lock() {
-  mkdir -p "$CACHE_DIR/bin"
-  if command -v flock >/dev/null; then
-    exec 9>"$CACHE_DIR/bin/.build.lock"
-    flock 9
-  fi
-  "$@"
-  if command -v flock >/dev/null; then exec 9>&-; fi
-}
 
 cmd_build() {
   case "${1:-all}" in
@@ -426,22 +409,6 @@ service:
 EOF
 }
 
-# free_port: a TCP port on 127.0.0.1 that nothing listens on (20000-32767, below Linux's
-# ephemeral range); sets FREE_PORT.
-free_port() {
-  local p i
-  for ((i = 0; i < 500; i++)); do
-    p=$((20000 + RANDOM % 12768))
-    if command -v ss >/dev/null; then
-      [[ -z $(ss -Htan "( sport = :$p )" 2>/dev/null) ]] || continue
-    elif (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      continue
-    fi
-    FREE_PORT=$p
-    return 0
-  done
-  die "no free port found on 127.0.0.1"
-}
 
 cmd_selftest() {
   command -v curl >/dev/null || die "curl is needed for selftest"
