@@ -13,7 +13,6 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::DeleteParams;
 use kube::Api;
 use serde_json::{json, Value};
 use toolgate_operator::crd::{McpServer, McpTool};
@@ -285,11 +284,7 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
         t["spec"]["initContainers"][0]["image"], "toolgate/toolgate-proxy:0.1.0",
         "the chart's proxy image reaches the sidecar"
     );
-    servers.delete("shop", &DeleteParams::default()).await.unwrap();
-    eventually("the finalizer done", WAIT, || async {
-        servers.get_opt("shop").await.unwrap().is_none().then_some(())
-    })
-    .await;
+    delete_and_wait_gone(&c, &ns, "shop").await;
     assert_eq!(template(&c, &ns, "shop").await, original);
     let logs = op.logs();
     // The API's refusal reads "... is forbidden: User ... (Forbidden)"; a bare "403" would also

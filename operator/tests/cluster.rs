@@ -296,19 +296,7 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
     .await;
 
     // Deleting the server removes exactly what the operator added.
-    Api::<McpServer>::namespaced(c.clone(), &ns)
-        .delete("shop", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the McpServer gone (finalizer done)", WAIT, || async {
-        Api::<McpServer>::namespaced(c.clone(), &ns)
-            .get_opt("shop")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    delete_and_wait_gone(&c, &ns, "shop").await;
     let restored = Api::<Deployment>::namespaced(c.clone(), &ns).get("shop").await.unwrap();
     assert_eq!(serde_json::to_value(restored.spec.unwrap().template).unwrap(), original);
     let annotations = restored.metadata.annotations.unwrap_or_default();
@@ -757,19 +745,7 @@ async fn foreign_objects_are_not_taken_over_and_a_co_owned_sidecar_is_still_remo
         )
         .await
         .unwrap();
-    Api::<McpServer>::namespaced(c.clone(), &ns)
-        .delete("shop", &DeleteParams::default())
-        .await
-        .unwrap();
-    eventually("the McpServer gone", WAIT, || async {
-        Api::<McpServer>::namespaced(c.clone(), &ns)
-            .get_opt("shop")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    delete_and_wait_gone(&c, &ns, "shop").await;
     assert_eq!(
         template(&c, &ns, "shop").await,
         original,

@@ -198,6 +198,20 @@ pub async fn apply_shop_server(client: &Client, ns: &str) -> toolgate_operator::
     apply(client, ns, server("shop", spec)).await
 }
 
+/// Deletes McpServer `name` and waits until it is gone (its finalizer ran).
+pub async fn delete_and_wait_gone(client: &Client, ns: &str, name: &str) {
+    let api: Api<toolgate_operator::crd::McpServer> = Api::namespaced(client.clone(), ns);
+    api.delete(name, &kube::api::DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually(
+        &format!("McpServer {name} gone (finalizer done)"),
+        Duration::from_secs(30),
+        || async { api.get_opt(name).await.expect("get").is_none().then_some(()) },
+    )
+    .await;
+}
+
 pub fn server(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpServer", "metadata": {"name": name}, "spec": spec})
 }
