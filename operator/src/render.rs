@@ -451,6 +451,17 @@ mod tests {
     }
 
     #[test]
+    fn a_pattern_that_would_backtrack_is_an_invalid_schema() {
+        let redos = McpTool::test("redos").with_schema(json!({"type": "object", "properties": {
+            "items": {"type": "array", "items": {"type": "string", "pattern": "^(a*)*\\1b"}}}}));
+        let r = render(&McpServer::test("shop"), &[redos]);
+        let (reason, message) = rejected(&r, "redos");
+        assert_eq!(reason, reason::INVALID_SCHEMA);
+        assert!(message.contains("needs a backtracking regex engine"), "{message}");
+        assert!(r.config.tools.is_empty());
+    }
+
+    #[test]
     fn a_placeholder_missing_from_the_schema_is_an_invalid_mapping() {
         let t = McpTool::test("get_order").with(json!({"http": {"path": "/orders/{orderId}"}}));
         let (reason, message) = rejected(&render(&McpServer::test("shop"), &[t]), "get-order");

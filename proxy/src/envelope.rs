@@ -275,7 +275,7 @@ mod tests {
             "t",
             Some(&json!({"type": "object", "required": ["id"], "$defs": {"x": {}}})),
         );
-        let v = jsonschema::validator_for(&s).unwrap();
+        let v = toolgate_config::schema::compile(&s, &Default::default()).unwrap();
         let ok = |status: &str, data: Value| {
             let env = Outcome {
                 status: BusinessStatus::Success,

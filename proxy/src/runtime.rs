@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use toolgate_config::pointer::Pointer;
+use toolgate_config::schema;
 use toolgate_config::{BodyMapping, BodyMode, ProxyConfig, Safety, StatusMapping, Template, Tier, ToolConfig};
 
 use crate::envelope;
@@ -159,8 +160,9 @@ impl Runtime {
         let upstream = Upstream::new(&config.upstream)?;
         let mut tools = Vec::with_capacity(config.tools.len());
         let mut index = HashMap::with_capacity(config.tools.len());
+        let patterns = schema::Patterns::default();
         for (i, t) in config.tools.iter().enumerate() {
-            let compiled = compile_tool(t, config.upstream.timeout_ms).map_err(|(key, msg)| {
+            let compiled = compile_tool(t, config.upstream.timeout_ms, &patterns).map_err(|(key, msg)| {
                 toolgate_config::LoadError::from(vec![toolgate_config::ConfigError::new(
                     format!("tools[{i}] ({}).{key}", t.name),
                     msg,
@@ -288,10 +290,14 @@ impl Runtime {
     }
 }
 
-fn compile_tool(t: &ToolConfig, default_timeout_ms: u64) -> Result<CompiledTool, (&'static str, String)> {
-    let input = jsonschema::validator_for(&t.input_schema).map_err(|e| ("inputSchema", e.to_string()))?;
+fn compile_tool(
+    t: &ToolConfig,
+    default_timeout_ms: u64,
+    patterns: &schema::Patterns,
+) -> Result<CompiledTool, (&'static str, String)> {
+    let input = schema::compile(&t.input_schema, patterns).map_err(|e| ("inputSchema", e))?;
     let output = match &t.output_schema {
-        Some(s) => Some(jsonschema::validator_for(s).map_err(|e| ("outputSchema", e.to_string()))?),
+        Some(s) => Some(schema::compile(s, patterns).map_err(|e| ("outputSchema", e))?),
         None => None,
     };
     let path = Template::parse(&t.http.path).map_err(|e| ("http.path", e.to_string()))?;

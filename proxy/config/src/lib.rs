@@ -11,6 +11,7 @@ mod cidr;
 mod parse;
 pub mod pointer;
 mod policy;
+pub mod schema;
 mod template;
 mod validate;
 

@@ -48,6 +48,7 @@ impl ProxyConfig {
         self.validate_upstream(&mut errs);
         self.validate_policy(&mut errs);
         let mut seen: HashMap<&str, usize> = HashMap::new();
+        let patterns = crate::schema::Patterns::default();
         for (i, tool) in self.tools.iter().enumerate() {
             let at = format!("tools[{i}] ({})", tool.name);
             if let Some(first) = seen.insert(&tool.name, i) {
@@ -57,7 +58,7 @@ impl ProxyConfig {
                     format!("duplicate tool name `{}` (first declared at tools[{first}])", tool.name),
                 ));
             }
-            validate_tool(tool, &at, &mut errs);
+            validate_tool(tool, &at, &patterns, &mut errs);
             if let Some(role) = &tool.required_role {
                 if !self.policy.roles.contains(role) {
                     errs.push(ConfigError::new(
@@ -394,16 +395,16 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-fn validate_tool(tool: &ToolConfig, at: &str, errs: &mut Vec<ConfigError>) {
+fn validate_tool(tool: &ToolConfig, at: &str, patterns: &crate::schema::Patterns, errs: &mut Vec<ConfigError>) {
     if !is_valid_tool_name(&tool.name) {
         errs.push(ConfigError::new(
             format!("{at}.name"),
             "must be 1-128 characters of letters, digits, `_`, `-` or `.`",
         ));
     }
-    let declared = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), errs);
+    let declared = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), patterns, errs);
     if let Some(out) = &tool.output_schema {
-        check_schema(out, &format!("{at}.outputSchema"), errs);
+        check_schema(out, &format!("{at}.outputSchema"), patterns, errs);
     }
     if tool.effective_tier() == crate::Tier::Read
         && (tool.http.method == crate::Method::Delete || tool.effective_safety() != crate::Safety::ReadOnly)
@@ -575,7 +576,12 @@ fn is_status_key(key: &str) -> bool {
 }
 
 /// Checks that `schema` is an object schema that compiles; returns its declared property names.
-fn check_schema(schema: &Value, at: &str, errs: &mut Vec<ConfigError>) -> Option<BTreeSet<String>> {
+fn check_schema(
+    schema: &Value,
+    at: &str,
+    patterns: &crate::schema::Patterns,
+    errs: &mut Vec<ConfigError>,
+) -> Option<BTreeSet<String>> {
     let Some(obj) = schema.as_object() else {
         errs.push(ConfigError::new(at, "must be a JSON Schema object"));
         return None;
@@ -590,7 +596,7 @@ fn check_schema(schema: &Value, at: &str, errs: &mut Vec<ConfigError>) -> Option
             ),
         ));
     }
-    if let Err(e) = jsonschema::validator_for(schema) {
+    if let Err(e) = crate::schema::compile(schema, patterns) {
         errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
         return None;
     }

@@ -7,13 +7,24 @@ use serde_json::Value;
 
 use crate::envelope::ErrorEntry;
 
-/// Validates `args`; returns one entry per violation (empty when valid).
+/// Most violations reported for one call; the rest are counted in one last entry, so a hostile
+/// array of a million bad items cannot turn into a million-entry answer.
+pub const MAX_REPORTED: usize = 50;
+
+/// Validates `args` in one pass; returns one entry per violation (empty when valid), at most
+/// [`MAX_REPORTED`] of them and then one that says how many more there were.
 pub fn validate(validator: &jsonschema::Validator, args: &Value) -> Vec<ErrorEntry> {
-    if validator.is_valid(args) {
+    let mut errors = validator.iter_errors(args);
+    let Some(first) = errors.next() else {
         return Vec::new();
-    }
+    };
     let mut out = Vec::new();
-    for err in validator.iter_errors(args) {
+    let mut more = 0usize;
+    for err in std::iter::once(first).chain(errors) {
+        if out.len() >= MAX_REPORTED {
+            more += 1;
+            continue;
+        }
         let base = field_of(args, err.instance_path().as_str());
         match err.kind() {
             ValidationErrorKind::Required { property } => {
@@ -68,6 +79,14 @@ pub fn validate(validator: &jsonschema::Validator, args: &Value) -> Vec<ErrorEnt
                 ));
             }
         }
+    }
+    if more > 0 {
+        out.truncate(MAX_REPORTED);
+        out.push(entry(
+            "",
+            format!("and {more} more problems of the same kind; fix the ones above and call again"),
+            format!("y {more} problemas más del mismo tipo; corrige los anteriores y vuelve a intentar"),
+        ));
     }
     out
 }
@@ -249,7 +268,10 @@ mod tests {
     use serde_json::json;
 
     fn errors(schema: Value, args: Value) -> Vec<ErrorEntry> {
-        validate(&jsonschema::validator_for(&schema).unwrap(), &args)
+        validate(
+            &toolgate_config::schema::compile(&schema, &Default::default()).unwrap(),
+            &args,
+        )
     }
 
     #[test]

@@ -293,7 +293,22 @@ pub(crate) async fn tools_call(
             return Reply::error(code::INVALID_PARAMS, "Invalid params: `arguments` must be an object");
         }
     };
-    let problems = super::args::validate(&tool.input, args);
+    let Some(index) = rt.tool_index(name) else {
+        return unknown_tool(name);
+    };
+    let problems = match validate_bounded(shared, rt, index, args, caller.body_bytes).await {
+        Some(p) => p,
+        None => {
+            let outcome = Outcome::failed(ErrorEntry::new(
+                "validation_timeout",
+                "The arguments could not be checked in time: they are too large or too complex; send fewer or smaller values",
+                "No se pudieron verificar los argumentos a tiempo: son demasiado grandes o complejos; envía menos valores o más pequeños",
+                false,
+            ));
+            audit.finish("invalid", "validation_timeout", Some(&outcome));
+            return finish(tool, &outcome, started);
+        }
+    };
     if !problems.is_empty() {
         audit.finish("invalid", "invalid_arguments", None);
         return invalid_arguments(tool, session, problems, started);
@@ -334,9 +349,6 @@ pub(crate) async fn tools_call(
     };
     // The upstream call runs in its own task: if the client goes away mid-call, the action still
     // completes and its audit record says how it went (never "cancelled" for a call that ran).
-    let Some(index) = rt.tool_index(name) else {
-        return unknown_tool(name);
-    };
     let rt_call = Arc::clone(rt);
     let guard = shared.in_flight.enter();
     let trace_id = caller.trace.trace_id_hex();
@@ -379,6 +391,40 @@ pub(crate) async fn tools_call(
         "tools/call"
     );
     finish(tool, &outcome, started)
+}
+
+/// Requests up to this size have their arguments validated in place; larger ones on the
+/// blocking pool, so that no schema and no argument object can stall the runtime's workers
+/// (the probes, every other call).
+const INLINE_VALIDATION_BYTES: usize = 32 * 1024;
+/// The longest the validation of one call may take, waiting for a validation slot included.
+pub const VALIDATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Validates the arguments of `rt.tools[index]` within [`VALIDATION_DEADLINE`]; `None` when it
+/// did not finish in time (the validation still runs to its end on its blocking thread, bounded
+/// by the linear-time pattern engine, and holds its slot until then).
+async fn validate_bounded(
+    shared: &Shared,
+    rt: &Arc<Runtime>,
+    index: usize,
+    args: &Value,
+    body_bytes: usize,
+) -> Option<Vec<ErrorEntry>> {
+    if body_bytes <= INLINE_VALIDATION_BYTES {
+        return Some(super::args::validate(&rt.tools[index].input, args));
+    }
+    let deadline = tokio::time::Instant::now() + VALIDATION_DEADLINE;
+    let slot = Arc::clone(&shared.validation_slots);
+    let permit = tokio::time::timeout_at(deadline, slot.acquire_owned())
+        .await
+        .ok()?
+        .ok()?;
+    let (rt, args) = (Arc::clone(rt), args.clone());
+    let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        super::args::validate(&rt.tools[index].input, &args)
+    });
+    tokio::time::timeout_at(deadline, task).await.ok()?.ok()
 }
 
 /// A future that is driven in place, and if it is dropped before it finished (the client went
@@ -452,4 +498,41 @@ fn upstream_span(
         attributes,
         error,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn validation_that_cannot_start_in_time_gives_up_at_the_deadline() {
+        let config = toolgate_config::parse_yaml(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:1'}\npolicy: {audit: {enabled: false}}\ntools:\n  - {name: t, inputSchema: {type: object}, http: {method: GET, path: /}}\n",
+        )
+        .unwrap();
+        let shared = Shared::new(Runtime::compile(config, 1).unwrap());
+        let rt = shared.runtime.load_full();
+        let args = json!({"a": 1});
+        assert_eq!(
+            validate_bounded(&shared, &rt, 0, &args, 10).await,
+            Some(vec![]),
+            "small: in place"
+        );
+        assert_eq!(
+            validate_bounded(&shared, &rt, 0, &args, 1 << 20).await,
+            Some(vec![]),
+            "large: on the pool"
+        );
+        // Every slot busy (other large calls still validating): this one waits no longer than the deadline.
+        let slots = Arc::clone(&shared.validation_slots);
+        let n = u32::try_from(slots.available_permits()).unwrap();
+        let _held = slots.acquire_many_owned(n).await.unwrap();
+        let started = Instant::now();
+        assert_eq!(validate_bounded(&shared, &rt, 0, &args, 1 << 20).await, None);
+        let waited = started.elapsed();
+        assert!(
+            waited >= VALIDATION_DEADLINE && waited < VALIDATION_DEADLINE * 2,
+            "{waited:?}"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod call;
+pub mod peek;
 pub mod session;
 
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use serde_json::{json, Value};
 use toolgate_config::{BusinessStatus, SUPPORTED_PROTOCOL_VERSIONS};
 
@@ -75,6 +76,8 @@ pub struct Shared {
     pub auditor: ArcSwap<Auditor>,
     /// Upstream calls in flight (they outlive a client that goes away).
     pub in_flight: Arc<InFlight>,
+    /// Slots for validating large argument objects off the runtime's workers (one per CPU).
+    pub validation_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// A count of running upstream calls, waited for on shutdown.
@@ -148,6 +151,9 @@ impl Shared {
             },
             auditor: ArcSwap::from_pointee(auditor),
             in_flight: Arc::default(),
+            validation_slots: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, usize::from),
+            )),
         }
     }
 
@@ -525,6 +531,8 @@ pub(crate) struct Caller {
     /// a receiver to truncate).
     pub tracestate: Option<String>,
     pub request_id: String,
+    /// Size of the request body (large argument objects are validated off the workers).
+    pub body_bytes: usize,
 }
 
 /// A request refused before it reached a method.
@@ -640,13 +648,17 @@ async fn gate(
             .filter(|v| !v.is_empty() && v.len() <= 512)
             .map(str::to_string),
         request_id: next_request_id(),
+        body_bytes: 0,
     })
 }
 
 /// How long a request body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Throttled requests up to this size are still read, so a throttled `tools/call` is audited.
-const THROTTLED_PEEK_BYTES: u64 = 16 * 1024;
+/// How much of a refused request's body is read to find out whether it is a `tools/call` (and
+/// how long that may take): enough for `id`, `method` and `params.name` in the order every SDK
+/// sends them.
+const REFUSED_PEEK_BYTES: usize = 64 * 1024;
+const REFUSED_PEEK_TIMEOUT: Duration = Duration::from_secs(2);
 
 async fn delete(
     shared: &Shared,
@@ -688,78 +700,176 @@ async fn delete(
     }
 }
 
-/// Reads a body of at most `limit` bytes within [`BODY_TIMEOUT`].
-async fn read_body(body: hyper::body::Incoming, limit: u64) -> Result<Bytes, Response<Body>> {
-    let collect = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect();
-    match tokio::time::timeout(BODY_TIMEOUT, collect).await {
-        Err(_) => Err(rpc_error(
-            StatusCode::REQUEST_TIMEOUT,
-            None,
-            code::INVALID_REQUEST,
-            format!(
-                "Request Timeout: the body did not arrive within {} s",
-                BODY_TIMEOUT.as_secs()
+/// The refusal of a body that did not arrive whole, and its audit reason.
+fn body_refusal(end: peek::BodyEnd, limit: u64) -> (Response<Body>, &'static str) {
+    match end {
+        peek::BodyEnd::TimedOut => (
+            rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                None,
+                code::INVALID_REQUEST,
+                format!(
+                    "Request Timeout: the body did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+                None,
             ),
-            None,
-        )),
-        Ok(Ok(b)) => Ok(b.to_bytes()),
-        Ok(Err(e)) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => Err(rpc_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            code::INVALID_REQUEST,
-            format!("Payload Too Large: the limit is {limit} bytes"),
-            None,
-        )),
-        Ok(Err(_)) => Err(rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::PARSE_ERROR,
-            "Parse error: the request body could not be read",
-            None,
-        )),
+            "body_timeout",
+        ),
+        peek::BodyEnd::TooLarge => (too_large(limit), "payload_too_large"),
+        peek::BodyEnd::Failed | peek::BodyEnd::Complete => (
+            rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::PARSE_ERROR,
+                "Parse error: the request body could not be read",
+                None,
+            ),
+            "unreadable_body",
+        ),
     }
 }
 
-/// A request over the per-IP limit: refused before any credential is looked at. A small body is
-/// still read so that a throttled `tools/call` leaves its audit record.
+fn too_large(limit: u64) -> Response<Body> {
+    rpc_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        None,
+        code::INVALID_REQUEST,
+        format!("Payload Too Large: the limit is {limit} bytes"),
+        None,
+    )
+}
+
+/// A request refused on its headers alone: reads the start of its body so that a refused
+/// `tools/call` still leaves its audit record; returns the JSON-RPC id it carried.
+async fn refuse_unread(
+    shared: &Shared,
+    body: hyper::body::Incoming,
+    ip: std::net::IpAddr,
+    decision: &'static str,
+    reason: &'static str,
+    info: &mut RequestInfo,
+) -> Option<Value> {
+    let (bytes, end) = peek::read(body, REFUSED_PEEK_BYTES, REFUSED_PEEK_TIMEOUT).await;
+    audit_unparsed(
+        shared,
+        &bytes,
+        end == peek::BodyEnd::Complete,
+        ip,
+        decision,
+        reason,
+        info,
+    )
+}
+
+/// Leaves the audit record of a request refused before its body was parsed, when the body says
+/// it is a `tools/call` (with what it says: id, tool, and the arguments' digest when the body is
+/// whole); returns the JSON-RPC id it carried.
+fn audit_unparsed(
+    shared: &Shared,
+    body: &[u8],
+    complete: bool,
+    ip: std::net::IpAddr,
+    decision: &'static str,
+    reason: &'static str,
+    info: &mut RequestInfo,
+) -> Option<Value> {
+    let record = |id: Option<&Value>, params: Option<&Value>, digest: bool| {
+        let mut a = CallAudit::new(shared.auditor.load_full(), id.unwrap_or(&Value::Null), params);
+        a.set_ip(ip);
+        if digest {
+            a.set_arguments(params, false);
+        }
+        a.finish(decision, reason, None);
+    };
+    let whole = (complete && body.len() <= REFUSED_PEEK_BYTES)
+        .then(|| serde_json::from_slice::<Value>(body).ok())
+        .flatten();
+    if let Some(Value::Object(msg)) = &whole {
+        let method = msg.get("method").and_then(Value::as_str);
+        if let Some(m) = method {
+            info.method = metrics::method_label(m);
+        }
+        let id = msg.get("id").filter(|i| i.is_string() || i.is_number());
+        if method == Some("tools/call") {
+            record(id, msg.get("params"), true);
+        }
+        return id.cloned();
+    }
+    let found = peek::scan(body);
+    if let Some(m) = &found.method {
+        info.method = metrics::method_label(m);
+    }
+    if found.method.as_deref() == Some("tools/call") {
+        let params = found.tool.as_ref().map(|t| json!({"name": t}));
+        record(found.id.as_ref(), params.as_ref(), false);
+    }
+    found.id
+}
+
+/// A request over the per-IP limit: refused before any credential is looked at. The start of its
+/// body is still read so that a throttled `tools/call` (chunked or large ones included) leaves
+/// its audit record.
 async fn throttled(
     shared: &Shared,
-    parts: &http::request::Parts,
     body: hyper::body::Incoming,
     ip: std::net::IpAddr,
     retry: Duration,
     info: &mut RequestInfo,
 ) -> Response<Body> {
-    let small = header_str(&parts.headers, CONTENT_LENGTH.as_str())
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|n| n <= THROTTLED_PEEK_BYTES);
-    let mut id = None;
-    if small {
-        if let Ok(Ok(b)) = tokio::time::timeout(
-            Duration::from_secs(2),
-            Limited::new(body, THROTTLED_PEEK_BYTES as usize).collect(),
-        )
-        .await
-        {
-            if let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(&b.to_bytes()) {
-                if let Some(m) = msg.get("method").and_then(Value::as_str) {
-                    info.method = metrics::method_label(m);
-                }
-                if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
-                    let mut a = CallAudit::new(
-                        shared.auditor.load_full(),
-                        msg.get("id").unwrap_or(&Value::Null),
-                        msg.get("params"),
-                    );
-                    a.set_ip(ip);
-                    a.set_arguments(msg.get("params"), false);
-                    a.finish("rate_limited", "ip", None);
-                }
-                id = msg.get("id").filter(|i| i.is_string() || i.is_number()).cloned();
-            }
+    let id = refuse_unread(shared, body, ip, "rate_limited", "ip", info).await;
+    rate_limited(id.as_ref(), "ip", retry)
+}
+
+/// A request refused on its headers (media type, accepted types, protocol version, declared
+/// size), and its audit reason.
+fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Response<Body>, &'static str)> {
+    let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
+    if !ct.to_ascii_lowercase().starts_with("application/json") {
+        let r = rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            code::INVALID_REQUEST,
+            "Unsupported Media Type: Content-Type must be application/json",
+            None,
+        );
+        return Some((r, "unsupported_media_type"));
+    }
+    if let Some(accept) = header_str(headers, ACCEPT.as_str()) {
+        let a = accept.to_ascii_lowercase();
+        if !(a.contains("application/json") || a.contains("*/*") || a.contains("application/*")) {
+            let r = rpc_error(
+                StatusCode::NOT_ACCEPTABLE,
+                None,
+                code::INVALID_REQUEST,
+                "Not Acceptable: the client must accept application/json",
+                None,
+            );
+            return Some((r, "not_acceptable"));
         }
     }
-    rate_limited(id.as_ref(), "ip", retry)
+    if let Some(v) = headers.get(VERSION_HEADER) {
+        if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
+            let r = rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code::INVALID_REQUEST,
+                format!(
+                    "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
+                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+                ),
+                None,
+            );
+            return Some((r, "unsupported_protocol_version"));
+        }
+    }
+    if header_str(headers, CONTENT_LENGTH.as_str())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > limit)
+    {
+        return Some((too_large(limit), "payload_too_large"));
+    }
+    None
 }
 
 async fn post(
@@ -772,75 +882,34 @@ async fn post(
     let server = &rt.config.server;
     let (parts, body) = req.into_parts();
     let headers = &parts.headers;
-    // The pre-auth throttle comes first: nothing else (not even reading the body) is done for a
-    // client over its limit.
+    // The pre-auth throttle comes first: a client over its limit gets nothing but the start of
+    // its body read, to audit a throttled `tools/call`.
     let ip = client_ip(rt, &parts, peer);
     if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
-        return throttled(shared, &parts, body, ip, retry, info).await;
+        return throttled(shared, body, ip, retry, info).await;
     }
-    let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
-    if !ct.to_ascii_lowercase().starts_with("application/json") {
-        return rpc_error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            None,
-            code::INVALID_REQUEST,
-            "Unsupported Media Type: Content-Type must be application/json",
-            None,
-        );
-    }
-    if let Some(accept) = header_str(headers, ACCEPT.as_str()) {
-        let a = accept.to_ascii_lowercase();
-        if !(a.contains("application/json") || a.contains("*/*") || a.contains("application/*")) {
-            return rpc_error(
-                StatusCode::NOT_ACCEPTABLE,
-                None,
-                code::INVALID_REQUEST,
-                "Not Acceptable: the client must accept application/json",
-                None,
-            );
-        }
-    }
-    if let Some(v) = headers.get(VERSION_HEADER) {
-        if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::INVALID_REQUEST,
-                format!(
-                    "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
-                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
-                ),
-                None,
-            );
-        }
+    if let Some((resp, reason)) = header_refusal(headers, server.max_body_bytes) {
+        refuse_unread(shared, body, ip, "invalid", reason, info).await;
+        return resp;
     }
     let limit = server.max_body_bytes;
-    if header_str(headers, CONTENT_LENGTH.as_str())
-        .and_then(|v| v.parse::<u64>().ok())
-        .is_some_and(|n| n > limit)
-    {
-        return rpc_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            None,
-            code::INVALID_REQUEST,
-            format!("Payload Too Large: the limit is {limit} bytes"),
-            None,
-        );
+    let (body, end) = peek::read(body, usize::try_from(limit).unwrap_or(usize::MAX), BODY_TIMEOUT).await;
+    if end != peek::BodyEnd::Complete {
+        let (resp, reason) = body_refusal(end, limit);
+        audit_unparsed(shared, &body, false, ip, "invalid", reason, info);
+        return resp;
     }
-    let body = match read_body(body, limit).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
     let msg: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
+            audit_unparsed(shared, &body, false, ip, "invalid", "parse_error", info);
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 None,
                 code::PARSE_ERROR,
                 format!("Parse error: {e}"),
                 None,
-            )
+            );
         }
     };
     let Value::Object(msg) = msg else {
@@ -931,7 +1000,7 @@ async fn post(
         }
     };
 
-    let caller = match gate(rt, &parts, peer, ip, reply_id, info.trace).await {
+    let mut caller = match gate(rt, &parts, peer, ip, reply_id, info.trace).await {
         Ok(c) => c,
         Err(r) => {
             if let Some(mut a) = audit {
@@ -941,6 +1010,7 @@ async fn post(
             return r.response;
         }
     };
+    caller.body_bytes = body.len();
     if let Some(a) = audit.as_mut() {
         a.set_caller(&caller);
         a.set_arguments(params, true);

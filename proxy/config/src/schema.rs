@@ -1,0 +1,127 @@
+//! Compiling tool schemas: the one place where `inputSchema` and `outputSchema` become
+//! validators, for config validation (`toolgate-proxy check`, the operator's `Accepted`
+//! condition) and for serving alike, so a schema refused in one is refused in the other.
+//!
+//! `pattern` and `patternProperties` run on the `regex` crate, whose matching time is linear in
+//! the input. The validator's default engine falls back to backtracking for backreferences and
+//! lookaround, and a pattern such as `^(a*)*\1b` then costs exponential time on a few kilobytes of
+//! arguments that any caller can send. A pattern that needs backtracking is refused when the
+//! config is loaded, with the pattern and the reason in the message.
+
+use jsonschema::{PatternCache, PatternOptions, Validator};
+use serde_json::Value;
+
+/// Largest compiled program of one `pattern` (the `regex` crate's `size_limit`). A realistic
+/// pattern compiles to a few kilobytes; this refuses ones like `\w{500}{500}` whose program would
+/// cost megabytes per tool and time per matched byte.
+pub const MAX_PATTERN_PROGRAM_BYTES: usize = 512 * 1024;
+
+/// Compiled patterns shared by the tools of one config generation (the same `pattern` in many
+/// tools is compiled and held once).
+pub type Patterns = PatternCache;
+
+/// Compiles `schema` with the linear-time pattern engine, sharing compiled patterns through
+/// `patterns`. The error says which pattern could not be compiled and why.
+pub fn compile(schema: &Value, patterns: &Patterns) -> Result<Validator, String> {
+    jsonschema::options()
+        .with_pattern_options(PatternOptions::regex().size_limit(MAX_PATTERN_PROGRAM_BYTES))
+        .with_pattern_cache(patterns.clone())
+        .build(schema)
+        .map_err(|e| {
+            let mut msg = e.to_string();
+            if let Some(p) = needs_backtracking(schema) {
+                msg = format!(
+                    "`pattern` {p} needs a backtracking regex engine (backreferences or lookaround), \
+                     whose matching time can grow exponentially with the input; Toolgate runs patterns \
+                     in linear time only: rewrite it without `\\1`-style backreferences, `(?=`, `(?!`, \
+                     `(?<=` or `(?<!` ({msg})"
+                );
+            }
+            msg
+        })
+}
+
+/// The first `pattern` (or `patternProperties` key) in `schema` that uses a construct only a
+/// backtracking engine runs, as a JSON string.
+fn needs_backtracking(schema: &Value) -> Option<String> {
+    fn backtracking(p: &str) -> bool {
+        let b = p.as_bytes();
+        b.windows(2).enumerate().any(|(i, w)| {
+            let escaped = b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 1;
+            !escaped
+                && ((w[0] == b'\\' && w[1].is_ascii_digit() && w[1] != b'0')
+                    || (w[0] == b'\\' && w[1] == b'k')
+                    || (w[0] == b'(' && b[i + 1..].starts_with(b"?="))
+                    || (w[0] == b'(' && b[i + 1..].starts_with(b"?!"))
+                    || (w[0] == b'(' && b[i + 1..].starts_with(b"?<="))
+                    || (w[0] == b'(' && b[i + 1..].starts_with(b"?<!")))
+        })
+    }
+    match schema {
+        Value::Object(m) => {
+            if let Some(Value::String(p)) = m.get("pattern") {
+                if backtracking(p) {
+                    return Some(Value::String(p.clone()).to_string());
+                }
+            }
+            if let Some(Value::Object(pp)) = m.get("patternProperties") {
+                if let Some(k) = pp.keys().find(|k| backtracking(k)) {
+                    return Some(Value::String(k.clone()).to_string());
+                }
+            }
+            m.values().find_map(needs_backtracking)
+        }
+        Value::Array(a) => a.iter().find_map(needs_backtracking),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compile_one(schema: Value) -> Result<Validator, String> {
+        compile(&schema, &Patterns::default())
+    }
+
+    #[test]
+    fn a_backreference_pattern_is_refused_with_the_reason() {
+        let err = compile_one(json!({"type": "object", "properties": {"items": {"type": "array",
+            "items": {"type": "string", "pattern": "^(a*)*\\1b"}}}}))
+        .unwrap_err();
+        assert!(
+            err.contains(r#"`pattern` "^(a*)*\\1b" needs a backtracking regex engine"#),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn lookaround_in_pattern_properties_is_refused() {
+        let err = compile_one(json!({"type": "object", "patternProperties": {"^(?!x)a": {}}})).unwrap_err();
+        assert!(err.contains("needs a backtracking regex engine"), "{err}");
+    }
+
+    #[test]
+    fn linear_patterns_compile_and_match_with_ecma_classes() {
+        let v = compile_one(json!({"type": "string", "pattern": "^\\d{3}-[A-Z]+$"})).unwrap();
+        assert!(v.is_valid(&json!("123-ABC")));
+        assert!(!v.is_valid(&json!("12-ABC")));
+        // An escaped backslash before a digit is a literal, not a backreference.
+        assert!(compile_one(json!({"type": "string", "pattern": "^a\\\\1$"})).is_ok());
+    }
+
+    #[test]
+    fn a_pattern_whose_program_is_huge_is_refused() {
+        let err = compile_one(json!({"type": "string", "pattern": "\\w{500}{500}"})).unwrap_err();
+        assert!(!err.is_empty());
+    }
+
+    #[test]
+    fn a_hostile_input_against_a_nested_quantifier_is_matched_in_linear_time() {
+        // `(a*)*b` is the textbook catastrophic pattern for backtracking engines.
+        let v = compile_one(json!({"type": "string", "pattern": "^(a*)*b$"})).unwrap();
+        let input = json!("a".repeat(100_000));
+        assert!(!v.is_valid(&input));
+    }
+}
