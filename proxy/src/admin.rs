@@ -1,6 +1,7 @@
 //! The admin listener: `/healthz` (the process serves), `/readyz` (a config is loaded and the
-//! proxy is not draining), `/metrics` (Prometheus text format) and `/loglevel` (GET shows the
-//! log filter, PUT with a filter such as `debug` or `info,toolgate_proxy=debug` replaces it).
+//! proxy is not draining), `/metrics` (Prometheus text format; on its own listener when
+//! `server.metricsListen` is set) and `/loglevel` (GET shows the log filter; PUT with a filter
+//! such as `debug` or `info,toolgate_proxy=debug` and the admin token replaces it).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,29 +30,69 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
     r
 }
 
+/// Which admin listener a request arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// `server.adminListen`; `metrics` says whether it serves `/metrics` too.
+    Admin {
+        /// `/metrics` is served here (no `server.metricsListen`).
+        metrics: bool,
+    },
+    /// `server.metricsListen`: `/metrics` only.
+    Metrics,
+}
+
+fn metrics(shared: &Shared) -> Response<Body> {
+    let m = &crate::metrics::METRICS;
+    m.sessions_active
+        .set(i64::try_from(shared.sessions.len()).unwrap_or(i64::MAX));
+    m.upstream_in_flight
+        .set(i64::try_from(shared.in_flight.count()).unwrap_or(i64::MAX));
+    text(StatusCode::OK, toolgate_telemetry::METRICS_CONTENT_TYPE, m.render())
+}
+
+/// Whether `headers` carry the admin token (`Authorization: Bearer <token>`).
+fn has_admin_token(shared: &Shared, headers: &http::HeaderMap) -> bool {
+    let Some(want) = shared.runtime.load().admin_token else {
+        return false;
+    };
+    crate::policy::auth::bearer(headers).is_some_and(|t| crate::policy::credentials::digest(t.as_bytes()) == want)
+}
+
 /// Serves one admin request.
-pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>, peer: std::net::SocketAddr) -> Response<Body>
+pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>, listener: Listener) -> Response<Body>
 where
     B: hyper::body::Body,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    if listener == Listener::Metrics {
+        return match req.uri().path() {
+            "/metrics" => metrics(&shared),
+            _ => reply(
+                StatusCode::NOT_FOUND,
+                json!({"error": "not found", "endpoints": ["/metrics"]}),
+            ),
+        };
+    }
     match req.uri().path() {
-        "/metrics" => {
-            let m = &crate::metrics::METRICS;
-            m.sessions_active
-                .set(i64::try_from(shared.sessions.len()).unwrap_or(i64::MAX));
-            m.upstream_in_flight
-                .set(i64::try_from(shared.in_flight.count()).unwrap_or(i64::MAX));
-            text(StatusCode::OK, toolgate_telemetry::METRICS_CONTENT_TYPE, m.render())
-        }
+        "/metrics" if listener == (Listener::Admin { metrics: true }) => metrics(&shared),
         "/loglevel" if req.method() == Method::PUT => {
-            // Changing the log level is an operator action: from the pod itself (kubectl exec or
-            // port-forward), not from anyone who can reach the admin port over the network.
-            if !peer.ip().is_loopback() {
+            // Changing the log level is an operator action. Coming from loopback proves nothing
+            // in a pod (every container shares it), so the request must carry the admin token.
+            if shared.runtime.load().admin_token.is_none() {
                 return reply(
                     StatusCode::FORBIDDEN,
-                    json!({"error": "PUT /loglevel is accepted from loopback only (kubectl port-forward)"}),
+                    json!({"error": "PUT /loglevel is disabled: set server.adminTokenFile (a mounted Secret) to enable it"}),
                 );
+            }
+            if !has_admin_token(&shared, req.headers()) {
+                let mut r = reply(
+                    StatusCode::UNAUTHORIZED,
+                    json!({"error": "PUT /loglevel needs `Authorization: Bearer <token>` with the token of server.adminTokenFile"}),
+                );
+                r.headers_mut()
+                    .insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+                return r;
             }
             let body = match http_body_util::Limited::new(req.into_body(), 4096).collect().await {
                 Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
@@ -69,7 +110,10 @@ where
                 );
             }
             match toolgate_telemetry::log::set(&body) {
-                Ok(()) => reply(StatusCode::OK, json!({"filter": toolgate_telemetry::log::current()})),
+                Ok(()) => {
+                    tracing::info!(filter = %toolgate_telemetry::log::current(), "log filter replaced through PUT /loglevel");
+                    reply(StatusCode::OK, json!({"filter": toolgate_telemetry::log::current()}))
+                }
                 Err(e) => reply(StatusCode::BAD_REQUEST, json!({"error": e})),
             }
         }
@@ -101,7 +145,11 @@ where
         }
         _ => reply(
             StatusCode::NOT_FOUND,
-            json!({"error": "not found", "endpoints": ["/healthz", "/readyz", "/metrics", "/loglevel"]}),
+            json!({"error": "not found", "endpoints": if listener == (Listener::Admin { metrics: true }) {
+                json!(["/healthz", "/readyz", "/metrics", "/loglevel"])
+            } else {
+                json!(["/healthz", "/readyz", "/loglevel"])
+            }}),
         ),
     }
 }

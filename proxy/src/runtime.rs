@@ -110,7 +110,12 @@ pub struct Runtime {
     pub files: Vec<String>,
     /// Fingerprint of those files' contents when this generation was compiled.
     pub files_fingerprint: [u8; 32],
+    /// SHA-256 of the token `PUT /loglevel` requires (`server.adminTokenFile`); `None` refuses it.
+    pub admin_token: Option<[u8; 32]>,
 }
+
+/// Shortest accepted admin token.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
 /// SHA-256 over the paths and contents of `files` (a missing file counts as empty).
 pub fn fingerprint(files: &[String]) -> [u8; 32] {
@@ -206,6 +211,7 @@ impl Runtime {
         files.extend(a.credentials_file.clone());
         files.extend(a.oauth.as_ref().and_then(|o| o.jwks_file.clone()));
         files.extend(config.upstream.credential.as_ref().map(|c| c.file.clone()));
+        files.extend(config.server.admin_token_file.clone());
         // Taken before the files are read: a change racing with this compile reloads once more.
         let files_fingerprint = fingerprint(&files);
         let auth = Authenticator::new(&config.policy, &config.server.name).map_err(|es| {
@@ -261,7 +267,23 @@ impl Runtime {
                 Some((name(&c.header)?, v))
             }
         };
+        let admin_token = match &config.server.admin_token_file {
+            None => None,
+            Some(f) => {
+                let token =
+                    read_ref(f, "server.adminTokenFile").map_err(|e| policy_error("server.adminTokenFile", e))?;
+                let token = token.trim();
+                if token.len() < MIN_ADMIN_TOKEN_CHARS {
+                    return Err(policy_error(
+                        "server.adminTokenFile",
+                        format!("the token must be at least {MIN_ADMIN_TOKEN_CHARS} characters"),
+                    ));
+                }
+                Some(crate::policy::credentials::digest(token.as_bytes()))
+            }
+        };
         Ok(Self {
+            admin_token,
             config,
             tools,
             index,

@@ -65,6 +65,8 @@ pub struct Running {
     pub mcp_addr: SocketAddr,
     /// Bound address of the admin listener.
     pub admin_addr: SocketAddr,
+    /// Bound address of the metrics listener (`server.metricsListen`), if any.
+    pub metrics_addr: Option<SocketAddr>,
     /// Shared state (live config, sessions).
     pub shared: Arc<Shared>,
     stop: watch::Sender<bool>,
@@ -125,6 +127,17 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         addr: "admin".into(),
         source,
     })?;
+    let metrics_listener = match &runtime.config.server.metrics_listen {
+        Some(addr) => Some(bind(addr, opts.bind_host).await?),
+        None => None,
+    };
+    let metrics_addr = match &metrics_listener {
+        Some(l) => Some(l.local_addr().map_err(|source| StartError::Bind {
+            addr: "metrics".into(),
+            source,
+        })?),
+        None => None,
+    };
     crate::metrics::METRICS
         .config_generation
         .set(i64::try_from(runtime.generation).unwrap_or(i64::MAX));
@@ -146,8 +159,23 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         stop_rx.clone(),
         grace,
         64,
-        move |req, peer| admin::handle(s.clone(), req, peer),
+        move |req, _| {
+            let listener = admin::Listener::Admin {
+                metrics: metrics_addr.is_none(),
+            };
+            admin::handle(s.clone(), req, listener)
+        },
     )));
+    if let Some(l) = metrics_listener {
+        let s = shared.clone();
+        tasks.push(tokio::spawn(accept_loop(
+            l,
+            stop_rx.clone(),
+            grace,
+            64,
+            move |req, _| admin::handle(s.clone(), req, admin::Listener::Metrics),
+        )));
+    }
     tasks.push(tokio::spawn(sweep_sessions(shared.clone(), stop_rx.clone())));
     if let Some(path) = opts.config_path {
         tasks.push(tokio::spawn(reload::watch(
@@ -167,6 +195,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
     Ok(Running {
         mcp_addr,
         admin_addr,
+        metrics_addr,
         shared,
         stop,
         tasks,

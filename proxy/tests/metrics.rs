@@ -198,20 +198,31 @@ async fn promtool_accepts_a_real_scrape() {
 }
 
 #[tokio::test]
-async fn the_log_level_changes_at_runtime_on_the_admin_port() {
+async fn the_log_level_changes_at_runtime_with_the_admin_token_only() {
     toolgate_telemetry::log::init("info");
-    let h = Harness::start().await;
+    let dir = std::env::temp_dir().join(format!("toolgate-loglevel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("admin-token");
+    std::fs::write(&token_file, "admin-token-0123456789\n").unwrap();
+    let h = Harness::start_with(&format!("  adminTokenFile: '{}'\n", token_file.display())).await;
     let url = format!("http://{}/loglevel", h.proxy.admin_addr);
-    let (status, _, body) = send(&h.http, "PUT", &url, &[], Bytes::from("debug,hyper=info")).await;
+    let good = [("authorization", "Bearer admin-token-0123456789")];
+    // From loopback, without the token or with another one: refused, filter unchanged.
+    for headers in [&[][..], &[("authorization", "Bearer admin-token-0123456780")][..]] {
+        let (status, h, body) = send(&h.http, "PUT", &url, headers, Bytes::from("trace")).await;
+        assert_eq!(status, 401, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(h["www-authenticate"], "Bearer");
+    }
+    let (status, _, body) = send(&h.http, "PUT", &url, &good, Bytes::from("debug,hyper=info")).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let (_, _, body) = send(&h.http, "GET", &url, &[], Bytes::new()).await;
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&body).unwrap()["filter"],
         "debug,hyper=info"
     );
-    let (status, _, body) = send(&h.http, "PUT", &url, &[], Bytes::from("info,[[[")).await;
+    let (status, _, body) = send(&h.http, "PUT", &url, &good, Bytes::from("info,[[[")).await;
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&body));
-    let (status, _, _) = send(&h.http, "PUT", &url, &[], Bytes::from("  ")).await;
+    let (status, _, _) = send(&h.http, "PUT", &url, &good, Bytes::from("  ")).await;
     assert_eq!(status, 400, "an empty filter is refused, not read as `error`");
     let (_, _, body) = send(&h.http, "GET", &url, &[], Bytes::new()).await;
     assert_eq!(
@@ -219,6 +230,34 @@ async fn the_log_level_changes_at_runtime_on_the_admin_port() {
         "debug,hyper=info",
         "a bad filter keeps the old one"
     );
+
+    // Without server.adminTokenFile, PUT is off, whoever asks.
+    let plain = Harness::start().await;
+    let url = format!("http://{}/loglevel", plain.proxy.admin_addr);
+    let (status, _, body) = send(&plain.http, "PUT", &url, &good, Bytes::from("trace")).await;
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("server.adminTokenFile"));
+    let (_, _, body) = send(&plain.http, "GET", &url, &[], Bytes::new()).await;
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&body).unwrap()["filter"],
+        "debug,hyper=info"
+    );
+}
+
+#[tokio::test]
+async fn metrics_listen_moves_metrics_off_the_probe_port() {
+    let h = Harness::start_with("  metricsListen: 127.0.0.1:0\n").await;
+    let metrics = h.proxy.metrics_addr.expect("a metrics listener");
+    let (status, _, body) = send(&h.http, "GET", &format!("http://{metrics}/metrics"), &[], Bytes::new()).await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("toolgate_config_generation"));
+    let (status, _, _) = send(&h.http, "GET", &format!("http://{metrics}/healthz"), &[], Bytes::new()).await;
+    assert_eq!(status, 404, "the metrics listener serves nothing else");
+    let admin = h.proxy.admin_addr;
+    let (status, _, _) = send(&h.http, "GET", &format!("http://{admin}/metrics"), &[], Bytes::new()).await;
+    assert_eq!(status, 404, "the probe port no longer serves /metrics");
+    let (status, _, _) = send(&h.http, "GET", &format!("http://{admin}/readyz"), &[], Bytes::new()).await;
+    assert_eq!(status, 200);
 }
 
 /// promtool built by e2e/tools.sh (test.sh builds it).

@@ -69,9 +69,22 @@ pub struct ServerConfig {
     /// HTTP path of the MCP endpoint.
     #[serde(default = "defaults::path")]
     pub path: String,
-    /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`). Changing it needs a restart.
+    /// Address of the admin endpoint (`/healthz`, `/readyz`, `/metrics`, `/loglevel`). Changing
+    /// it needs a restart.
     #[serde(default = "defaults::admin_listen")]
     pub admin_listen: String,
+    /// Address of a listener that serves `/metrics` alone; when set, the admin listener no
+    /// longer serves it, so the probes' port can stay open to the kubelet while metrics (tool
+    /// names, call counts, refusal reasons) are reachable only where a NetworkPolicy allows.
+    /// Changing it needs a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_listen: Option<String>,
+    /// File (a mounted Secret) holding the token that `PUT /loglevel` requires as
+    /// `Authorization: Bearer <token>` (at least 16 characters). Without it, `PUT /loglevel` is
+    /// refused: in a pod every container shares the loopback address, so being local proves
+    /// nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token_file: Option<String>,
     /// Browser Origins allowed to call the endpoint (`scheme://host[:port]`, or `*`). Empty:
     /// only requests without an `Origin` header or from a loopback Origin (`localhost`,
     /// `127.0.0.1`, `[::1]`, any port).
@@ -118,6 +131,8 @@ impl Default for ServerConfig {
             listen: defaults::listen(),
             path: defaults::path(),
             admin_listen: defaults::admin_listen(),
+            metrics_listen: None,
+            admin_token_file: None,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_body_bytes: defaults::max_body_bytes(),

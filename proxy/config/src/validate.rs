@@ -271,6 +271,19 @@ impl ProxyConfig {
                 errs.push(ConfigError::new("server.adminListen", "must differ from server.listen"));
             }
         }
+        if let Some(m) = &s.metrics_listen {
+            if let Some(m) = check_addr(m, "server.metricsListen", errs) {
+                if m.port() != 0 && [listen, admin].contains(&Some(m)) {
+                    errs.push(ConfigError::new(
+                        "server.metricsListen",
+                        "must differ from server.listen and server.adminListen",
+                    ));
+                }
+            }
+        }
+        if s.admin_token_file.as_deref().is_some_and(str::is_empty) {
+            errs.push(ConfigError::new("server.adminTokenFile", "must be a file path"));
+        }
         if !s.path.starts_with('/') || s.path.contains(['?', '#', ' ']) {
             errs.push(ConfigError::new(
                 "server.path",
