@@ -47,7 +47,15 @@ pub struct Metrics {
     pub sessions_active: IntGauge,
     /// `toolgate_upstream_in_flight` (set at scrape time).
     pub upstream_in_flight: IntGauge,
+    /// `toolgate_jwks_last_success_timestamp_seconds`: when OAuth signing keys were last
+    /// fetched from `jwksUrl` (0: never).
+    pub jwks_last_success: IntGauge,
+    /// `toolgate_jwks_fetch_failures_total{reason}`.
+    pub jwks_fetch_failures: IntCounterVec,
 }
+
+/// Reasons of `toolgate_jwks_fetch_failures_total`.
+pub const JWKS_FAILURE_REASONS: [&str; 5] = ["timeout", "transport", "status", "too_large", "invalid"];
 
 fn plain(registry: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("metric");
@@ -118,6 +126,15 @@ impl Metrics {
             config_generation: gauge("toolgate_config_generation", "Generation of the config being served (1 at start, +1 per applied reload)."),
             sessions_active: gauge("toolgate_sessions_active", "Open MCP sessions."),
             upstream_in_flight: gauge("toolgate_upstream_in_flight", "Upstream requests in flight."),
+            jwks_last_success: gauge(
+                "toolgate_jwks_last_success_timestamp_seconds",
+                "Unix time of the last successful fetch of the OAuth signing keys from jwksUrl (0: never fetched).",
+            ),
+            jwks_fetch_failures: counter(
+                "toolgate_jwks_fetch_failures_total",
+                "Failed fetches of the OAuth signing keys from jwksUrl, by reason (timeout, transport, status, too_large, invalid); the previous keys keep being used.",
+                &["reason"],
+            ),
             registry,
         };
         m.registry
@@ -134,6 +151,9 @@ impl Metrics {
         for d in ["allowed", "denied", "invalid", "rate_limited", "cancelled"] {
             m.audit_records.with_label_values(&[d]);
         }
+        for r in JWKS_FAILURE_REASONS {
+            m.jwks_fetch_failures.with_label_values(&[r]);
+        }
         m
     }
 
@@ -141,7 +161,7 @@ impl Metrics {
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 15] = [
+        let collectors: [&dyn Collector; 17] = [
             &self.requests,
             &self.tool_calls,
             &self.tool_duration,
@@ -157,6 +177,8 @@ impl Metrics {
             &self.config_generation,
             &self.sessions_active,
             &self.upstream_in_flight,
+            &self.jwks_last_success,
+            &self.jwks_fetch_failures,
         ];
         toolgate_telemetry::names(&collectors)
     }

@@ -120,13 +120,20 @@ pub struct OAuthConfig {
     /// JWKS file (a mounted Secret or ConfigMap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwks_file: Option<String>,
-    /// JWKS URL (`http://` or `https://`), cached and refreshed; an unknown `kid` triggers a
-    /// refresh (at most once per min(30 s, jwksRefreshSeconds)).
+    /// JWKS URL: `https://`, or `http://` only to a loopback host (`localhost`, `127.0.0.0/8`,
+    /// `[::1]`). Cached and refreshed in the background; one fetch at a time, 5 s for the whole
+    /// response. An unknown `kid` triggers a refresh at most once per jwksRefreshSeconds for
+    /// that `kid`, and at most once per min(30 s, jwksRefreshSeconds) overall.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwks_url: Option<String>,
     /// Accepted signature algorithms (`none` is never accepted).
     #[serde(default = "default_algorithms")]
     pub algorithms: Vec<String>,
+    /// Accepted JOSE header `typ` values, compared case-insensitively and with or without the
+    /// `application/` prefix. RFC 9068 access tokens are `at+jwt`; add `JWT` for identity
+    /// providers that label access tokens that way, and `""` to accept tokens without `typ`.
+    #[serde(default = "default_token_types")]
+    pub token_types: Vec<String>,
     /// Clock skew tolerated on `exp` and `nbf`.
     #[serde(default = "default_leeway")]
     pub leeway_seconds: u64,
@@ -145,12 +152,62 @@ fn default_algorithms() -> Vec<String> {
     vec!["RS256".into(), "ES256".into()]
 }
 
+/// `["at+jwt"]`: RFC 9068 JWT access tokens only.
+pub fn default_token_types() -> Vec<String> {
+    vec!["at+jwt".into()]
+}
+
 fn default_leeway() -> u64 {
     60
 }
 
 fn default_jwks_refresh() -> u64 {
     300
+}
+
+impl OAuthConfig {
+    /// Problems of these settings that serde cannot express (paths under `policy.auth.oauth`).
+    pub fn problems(&self) -> Vec<crate::ConfigError> {
+        let mut errs = Vec::new();
+        if let Some(url) = &self.jwks_url {
+            if let Err(e) = check_jwks_url(url) {
+                errs.push(crate::ConfigError::new("policy.auth.oauth.jwksUrl", e));
+            }
+        }
+        if self.token_types.is_empty() {
+            errs.push(crate::ConfigError::new(
+                "policy.auth.oauth.tokenTypes",
+                "must list at least one `typ` (for example `at+jwt`; `\"\"` accepts tokens without `typ`)",
+            ));
+        }
+        errs
+    }
+}
+
+/// A JWKS URL must be `https://`; plain `http://` is accepted only to a loopback host, where
+/// nobody on the network can swap the keys.
+pub fn check_jwks_url(url: &str) -> Result<(), String> {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        return Ok(());
+    }
+    let Some(rest) = lower.strip_prefix("http://") else {
+        return Err(format!("`{url}` must be an https:// URL"));
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host_port.split(':').next().unwrap_or(""),
+    };
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{url}` must be an https:// URL: keys fetched over plain http could be replaced by anyone on the path (http:// is accepted only for localhost and loopback addresses)"
+        ))
+    }
 }
 
 /// Algorithms the proxy can verify.
@@ -338,4 +395,54 @@ pub struct UpstreamCredential {
     /// Text put before the value, e.g. `"Bearer "`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jwks_urls_need_https_except_to_loopback() {
+        for ok in [
+            "https://issuer.example.com/.well-known/jwks.json",
+            "HTTPS://issuer.example.com/jwks",
+            "http://127.0.0.1:8080/jwks.json",
+            "http://127.9.9.9/jwks",
+            "http://localhost/jwks",
+            "http://LOCALHOST:9000",
+            "http://[::1]:8080/jwks",
+        ] {
+            assert_eq!(check_jwks_url(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://issuer.example.com/jwks",
+            "http://10.0.0.1/jwks",
+            "http://[::2]/jwks",
+            "http://localhost.evil.example/jwks",
+            "http://127.0.0.1.evil.example/jwks",
+            "http://127.0.0.1@evil.example/jwks",
+            "ftp://localhost/jwks",
+            "issuer.example.com/jwks",
+        ] {
+            let e = check_jwks_url(bad).unwrap_err();
+            assert!(e.contains("https://"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn oauth_problems_name_the_key() {
+        let o: OAuthConfig = serde_json::from_value(serde_json::json!({
+            "issuer": "https://issuer.test", "resource": "https://mcp.test/mcp",
+            "jwksUrl": "http://issuer.test/jwks", "tokenTypes": []
+        }))
+        .unwrap();
+        let paths: Vec<String> = o.problems().into_iter().map(|e| e.path).collect();
+        assert_eq!(paths, ["policy.auth.oauth.jwksUrl", "policy.auth.oauth.tokenTypes"]);
+        let d: OAuthConfig = serde_json::from_value(serde_json::json!({
+            "issuer": "https://issuer.test", "resource": "https://mcp.test/mcp", "jwksUrl": "https://issuer.test/jwks"
+        }))
+        .unwrap();
+        assert_eq!(d.token_types, ["at+jwt"]);
+        assert!(d.problems().is_empty());
+    }
 }

@@ -1,5 +1,7 @@
 //! OAuth 2.1 resource server: JWT access tokens verified against an issuer's JWKS with `ring`.
-//! `alg: none` and algorithms outside the allowlist are refused before any key is looked up.
+//! `alg: none` and algorithms outside the allowlist are refused before any key is looked up, and
+//! so are tokens with `crit` header parameters (none is understood, RFC 7515 §4.1.11) or a `typ`
+//! outside the accepted token types (RFC 9068 access tokens are `at+jwt`).
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -10,8 +12,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct TokenError {
-    /// Stable label: `malformed`, `algorithm`, `unknown_key`, `signature`, `expired`,
-    /// `not_yet_valid`, `issuer`, `audience`, `claims`.
+    /// Stable label: `malformed`, `algorithm`, `crit`, `token_type`, `unknown_key`, `signature`,
+    /// `expired`, `not_yet_valid`, `issuer`, `audience`, `claims`.
     pub reason: &'static str,
     /// What is wrong, for the `WWW-Authenticate` error description.
     pub message: String,
@@ -142,10 +144,54 @@ pub struct Expectations<'a> {
     pub audience: &'a str,
     /// Accepted algorithms.
     pub algorithms: &'a [String],
+    /// Accepted header `typ` values (see [`type_accepted`]); `""` accepts a token without `typ`.
+    pub token_types: &'a [String],
     /// Tolerated clock skew, seconds.
     pub leeway: i64,
     /// Now, Unix seconds.
     pub now: i64,
+}
+
+/// The latest NumericDate accepted in `exp`, `nbf` and `iat`: 9999-12-31T23:59:59Z.
+pub const MAX_NUMERIC_DATE: i64 = 253_402_300_799;
+
+/// `typ` without a leading `application/` (RFC 7515 §4.1.9), lowercased.
+fn media_type(t: &str) -> String {
+    let t = t.trim().to_ascii_lowercase();
+    match t.strip_prefix("application/") {
+        Some(rest) => rest.to_string(),
+        None => t,
+    }
+}
+
+/// Whether a header `typ` (`None`: absent) is one of `accepted`: case-insensitive, with or
+/// without the `application/` prefix; an accepted `""` admits a token without `typ`.
+pub fn type_accepted(typ: Option<&str>, accepted: &[String]) -> bool {
+    match typ {
+        None => accepted.iter().any(|a| a.trim().is_empty()),
+        Some(t) => {
+            let t = media_type(t);
+            !t.is_empty() && accepted.iter().any(|a| media_type(a) == t)
+        }
+    }
+}
+
+/// A NumericDate claim: absent, or a JSON integer in 0..=[`MAX_NUMERIC_DATE`]; anything else
+/// (a string, a fraction, a negative or out-of-range number) is refused.
+fn numeric_date(claims: &serde_json::Map<String, Value>, name: &str) -> Result<Option<i64>, TokenError> {
+    match claims.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .as_i64()
+            .filter(|n| (0..=MAX_NUMERIC_DATE).contains(n))
+            .map(Some)
+            .ok_or_else(|| {
+                err(
+                    "claims",
+                    format!("`{name}` is not a whole number of seconds between 1970 and 9999"),
+                )
+            }),
+    }
 }
 
 /// The header of a token (to pick the key), without verifying anything.
@@ -170,14 +216,40 @@ pub fn verify_token(
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| err("malformed", "the token header is not base64url JSON"))?;
+    let Value::Object(header) = header else {
+        return Err(err("malformed", "the token header is not a JSON object"));
+    };
     let alg = header.get("alg").and_then(Value::as_str).unwrap_or("none");
     if alg.eq_ignore_ascii_case("none") || !want.algorithms.iter().any(|a| a == alg) {
         return Err(err("algorithm", format!("algorithm `{alg}` is not accepted")));
     }
+    // RFC 7515 §4.1.11: every extension named in `crit` must be understood, and none is; an
+    // empty list is forbidden to producers, and anything but a list of names is malformed.
+    if header.contains_key("crit") {
+        return Err(err(
+            "crit",
+            "the token has critical header parameters (`crit`) that are not understood",
+        ));
+    }
+    let typ = match header.get("typ") {
+        None => None,
+        Some(Value::String(t)) => Some(t.as_str()),
+        Some(_) => return Err(err("token_type", "the token's `typ` is not a string")),
+    };
+    if !type_accepted(typ, want.token_types) {
+        return Err(err(
+            "token_type",
+            "the token's `typ` is not an accepted access token type",
+        ));
+    }
     let sig = URL_SAFE_NO_PAD
         .decode(s)
         .map_err(|_| err("malformed", "the signature is not base64url"))?;
-    let kid = header.get("kid").and_then(Value::as_str);
+    let kid = match header.get("kid") {
+        None => None,
+        Some(Value::String(k)) => Some(k.as_str()),
+        Some(_) => return Err(err("malformed", "the token's `kid` is not a string")),
+    };
     let candidates: Vec<&Jwk> = keys
         .iter()
         .filter(|k| key_fits(alg, &k.key))
@@ -199,12 +271,14 @@ pub fn verify_token(
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| err("malformed", "the payload is not base64url JSON"))?;
-    let num = |k: &str| claims.get(k).and_then(Value::as_f64).map(|f| f as i64);
-    let exp = num("exp").ok_or_else(|| err("claims", "the token has no `exp`"))?;
-    if want.now > exp + want.leeway {
+    let exp = numeric_date(&claims, "exp")?.ok_or_else(|| err("claims", "the token has no `exp`"))?;
+    let nbf = numeric_date(&claims, "nbf")?;
+    numeric_date(&claims, "iat")?;
+    let leeway = want.leeway.max(0);
+    if want.now > exp.saturating_add(leeway) {
         return Err(err("expired", "the token has expired"));
     }
-    if num("nbf").is_some_and(|nbf| want.now + want.leeway < nbf) {
+    if nbf.is_some_and(|nbf| want.now.saturating_add(leeway) < nbf) {
         return Err(err("not_yet_valid", "the token is not valid yet"));
     }
     if claims.get("iss").and_then(Value::as_str) != Some(want.issuer) {
@@ -279,9 +353,14 @@ pub mod testing {
                 "x": URL_SAFE_NO_PAD.encode(&p[1..33]), "y": URL_SAFE_NO_PAD.encode(&p[33..65])})
         }
 
-        /// A signed token with `claims` (header `alg` may be overridden to test refusals).
+        /// A signed token with `claims` and the header `{"alg":"ES256","typ":"at+jwt","kid":…}`.
         pub fn sign(&self, claims: &Value) -> String {
-            sign_with(&self.kid, "ES256", claims, |msg| {
+            self.sign_with_header(&header("ES256", &self.kid), claims)
+        }
+
+        /// A signed token with `header` exactly as given (to test header refusals).
+        pub fn sign_with_header(&self, header: &Value, claims: &Value) -> String {
+            sign_header(header, claims, |msg| {
                 self.pair
                     .sign(&SystemRandom::new(), msg)
                     .expect("sign")
@@ -319,9 +398,18 @@ pub mod testing {
         }
     }
 
-    /// `header.payload.signature` with `sign` over the first two parts.
+    /// The header the signing helpers use: an RFC 9068 access token.
+    pub fn header(alg: &str, kid: &str) -> Value {
+        serde_json::json!({"alg": alg, "typ": "at+jwt", "kid": kid})
+    }
+
+    /// `header.payload.signature` with `sign` over the first two parts, header `typ: at+jwt`.
     pub fn sign_with(kid: &str, alg: &str, claims: &Value, sign: impl FnOnce(&[u8]) -> Vec<u8>) -> String {
-        let header = serde_json::json!({"alg": alg, "typ": "JWT", "kid": kid});
+        sign_header(&header(alg, kid), claims, sign)
+    }
+
+    /// `header.payload.signature` with `header` as given.
+    pub fn sign_header(header: &Value, claims: &Value, sign: impl FnOnce(&[u8]) -> Vec<u8>) -> String {
         let msg = format!(
             "{}.{}",
             URL_SAFE_NO_PAD.encode(header.to_string()),
@@ -333,7 +421,7 @@ pub mod testing {
 
     /// An unsigned `alg: none` token.
     pub fn unsigned(claims: &Value) -> String {
-        let header = serde_json::json!({"alg": "none", "typ": "JWT"});
+        let header = serde_json::json!({"alg": "none", "typ": "at+jwt"});
         format!(
             "{}.{}.",
             URL_SAFE_NO_PAD.encode(header.to_string()),
@@ -350,11 +438,14 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000;
 
+    static AT_JWT: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| vec!["at+jwt".to_string()]);
+
     fn want(algs: &[String]) -> Expectations<'_> {
         Expectations {
             issuer: "https://issuer.test",
             audience: "https://mcp.test/mcp",
             algorithms: algs,
+            token_types: &AT_JWT,
             leeway: 60,
             now: NOW,
         }
@@ -413,5 +504,159 @@ mod tests {
             verify_token(&good, &keys, &want(&only_rs)).unwrap_err().reason,
             "algorithm"
         );
+    }
+
+    fn setup() -> (EcKey, Vec<Jwk>, Vec<String>) {
+        let ec = EcKey::generate("k1");
+        let keys = parse_jwks(&json!({"keys": [ec.jwk()]}).to_string()).unwrap();
+        (ec, keys, vec!["ES256".to_string()])
+    }
+
+    #[test]
+    fn critical_header_parameters_are_refused() {
+        let (ec, keys, algs) = setup();
+        let plain = header("ES256", "k1");
+        assert!(verify_token(&ec.sign_with_header(&plain, &claims()), &keys, &want(&algs)).is_ok());
+        for crit in [
+            json!(["exp"]),
+            json!(["b64"]),
+            json!(["b64", "urn:x"]),
+            json!([]),
+            json!("b64"),
+            json!([1]),
+            json!(null),
+        ] {
+            let mut h = plain.clone();
+            h["crit"] = crit.clone();
+            h["b64"] = json!(false);
+            let e = verify_token(&ec.sign_with_header(&h, &claims()), &keys, &want(&algs)).unwrap_err();
+            assert_eq!(e.reason, "crit", "crit {crit}");
+        }
+    }
+
+    #[test]
+    fn the_token_type_must_be_accepted() {
+        let (ec, keys, algs) = setup();
+        let with_typ = |typ: Option<Value>| {
+            let mut h = json!({"alg": "ES256", "kid": "k1"});
+            if let Some(t) = typ {
+                h["typ"] = t;
+            }
+            ec.sign_with_header(&h, &claims())
+        };
+        let check = |token: &str, types: &[&str]| {
+            let types: Vec<String> = types.iter().map(|t| t.to_string()).collect();
+            let w = Expectations {
+                token_types: &types,
+                ..want(&algs)
+            };
+            verify_token(token, &keys, &w).map(|_| ()).map_err(|e| e.reason)
+        };
+        let default = ["at+jwt"];
+        for ok in ["at+jwt", "AT+JWT", "application/at+jwt", "Application/At+JWT"] {
+            assert_eq!(check(&with_typ(Some(json!(ok))), &default), Ok(()), "{ok}");
+        }
+        assert_eq!(check(&with_typ(Some(json!("at+jwt"))), &["application/AT+JWT"]), Ok(()));
+        for bad in [
+            json!("JWT"),
+            json!("jwt"),
+            json!(""),
+            json!("application/jwt"),
+            json!("at+jwt+x"),
+            json!(5),
+            json!(["at+jwt"]),
+        ] {
+            assert_eq!(
+                check(&with_typ(Some(bad.clone())), &default),
+                Err("token_type"),
+                "{bad}"
+            );
+        }
+        assert_eq!(check(&with_typ(None), &default), Err("token_type"), "typ absent");
+        // An identity provider that labels access tokens `JWT`, or omits `typ`, is allowed explicitly.
+        assert_eq!(check(&with_typ(Some(json!("JWT"))), &["at+jwt", "JWT"]), Ok(()));
+        assert_eq!(check(&with_typ(None), &["at+jwt", "JWT"]), Err("token_type"));
+        assert_eq!(check(&with_typ(None), &["at+jwt", ""]), Ok(()));
+        assert_eq!(check(&with_typ(Some(json!(""))), &["at+jwt", ""]), Err("token_type"));
+    }
+
+    #[test]
+    fn numeric_dates_must_be_whole_seconds_in_range_and_never_overflow() {
+        let (ec, keys, algs) = setup();
+        let reason = |name: &str, v: Value, w: &Expectations<'_>| {
+            let mut c = claims();
+            c[name] = v;
+            verify_token(&ec.sign(&c), &keys, w).map(|_| ()).map_err(|e| e.reason)
+        };
+        let w = want(&algs);
+        for name in ["exp", "nbf", "iat"] {
+            for bad in [
+                json!(i64::MAX),
+                json!(u64::MAX),
+                json!(i64::MIN),
+                json!(-1),
+                json!(MAX_NUMERIC_DATE + 1),
+                json!(1e300),
+                json!(f64::MAX),
+                json!(-1e300),
+                json!((NOW + 100) as f64 + 0.5),
+                json!((NOW + 100) as f64),
+                json!("1800000100"),
+                json!(null),
+                json!(true),
+            ] {
+                assert_eq!(reason(name, bad.clone(), &w), Err("claims"), "{name}: {bad}");
+            }
+        }
+        assert_eq!(reason("exp", json!(MAX_NUMERIC_DATE), &w), Ok(()));
+        assert_eq!(reason("iat", json!(0), &w), Ok(()));
+        assert_eq!(reason("nbf", json!(MAX_NUMERIC_DATE), &w), Err("not_yet_valid"));
+        // Extreme leeway and clocks saturate instead of wrapping.
+        let huge = Expectations {
+            leeway: i64::MAX,
+            ..want(&algs)
+        };
+        assert_eq!(
+            reason("exp", json!(0), &huge),
+            Ok(()),
+            "everything is inside an infinite leeway"
+        );
+        assert_eq!(reason("nbf", json!(MAX_NUMERIC_DATE), &huge), Ok(()));
+        let late = Expectations {
+            now: i64::MAX,
+            ..want(&algs)
+        };
+        assert_eq!(reason("exp", json!(MAX_NUMERIC_DATE), &late), Err("expired"));
+        let early = Expectations {
+            now: i64::MIN,
+            leeway: i64::MAX,
+            ..want(&algs)
+        };
+        assert_eq!(reason("nbf", json!(MAX_NUMERIC_DATE), &early), Err("not_yet_valid"));
+        let negative = Expectations {
+            leeway: i64::MIN,
+            ..want(&algs)
+        };
+        assert_eq!(
+            reason("exp", json!(NOW + 300), &negative),
+            Ok(()),
+            "a negative leeway counts as 0"
+        );
+        assert_eq!(reason("exp", json!(NOW - 1), &negative), Err("expired"));
+        let mut no_exp = claims();
+        no_exp.as_object_mut().unwrap().remove("exp");
+        assert_eq!(verify_token(&ec.sign(&no_exp), &keys, &w).unwrap_err().reason, "claims");
+    }
+
+    #[test]
+    fn malformed_headers_are_refused() {
+        let (ec, keys, algs) = setup();
+        let r = |h: Value| {
+            verify_token(&ec.sign_with_header(&h, &claims()), &keys, &want(&algs))
+                .unwrap_err()
+                .reason
+        };
+        assert_eq!(r(json!({"alg": "ES256", "typ": "at+jwt", "kid": 1})), "malformed");
+        assert_eq!(r(json!(["ES256"])), "malformed");
     }
 }
