@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod baseurl;
 mod cidr;
 mod parse;
 pub mod pointer;
@@ -21,6 +22,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use baseurl::BaseUrl;
 pub use cidr::Cidr;
 pub use parse::{from_value, parse_json, parse_yaml, parse_yaml_value, ConfigError, LoadError};
 pub use policy::*;
@@ -152,7 +154,10 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpstreamConfig {
-    /// `http://host:port[/prefix]`; a sidecar uses `http://127.0.0.1:<port>`.
+    /// `http://host[:port][/prefix]`; a sidecar uses `http://127.0.0.1:<port>`. Only a host (DNS
+    /// name, dotted-quad IPv4 or `[IPv6]`), a port and a prefix of plain path segments: no user
+    /// info or `@`, query, fragment, percent-encoding, backslash, `.`/`..` segments, or `:` in
+    /// the path (the mark of a `host:port` that ended up there).
     pub base_url: String,
     /// TCP connect timeout.
     #[serde(default = "defaults::connect_timeout_ms")]
@@ -507,6 +512,18 @@ impl ToolConfig {
         }
     }
 
+    /// Whether a server in read-only mode serves this tool: a read-tier, `read_only` tool over
+    /// GET or HEAD, or over POST (a query that takes a body) when `allow_read_over_post`. PUT,
+    /// PATCH and DELETE never are, whatever the tool declares.
+    pub fn served_read_only(&self, allow_read_over_post: bool) -> bool {
+        let safe_method = match self.http.method {
+            Method::Get | Method::Head => true,
+            Method::Post => allow_read_over_post,
+            Method::Put | Method::Patch | Method::Delete => false,
+        };
+        safe_method && self.effective_tier() == Tier::Read && self.effective_safety() == Safety::ReadOnly
+    }
+
     /// The body mapping, with the method's default applied.
     pub fn effective_body(&self) -> BodyMapping {
         self.http
@@ -542,6 +559,14 @@ impl ToolConfig {
             }
         }
         out
+    }
+}
+
+impl PolicyConfig {
+    /// Whether this policy lists and serves `tool` at all (before roles and allowlists): every
+    /// tool when not read-only, otherwise see [`ToolConfig::served_read_only`].
+    pub fn serves(&self, tool: &ToolConfig) -> bool {
+        !self.read_only || tool.served_read_only(self.allow_read_over_post)
     }
 }
 

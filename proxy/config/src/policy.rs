@@ -10,9 +10,16 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// Only `tier: read` tools are listed or callable while true.
+    /// While true only safe tools are listed or callable: read-tier GET and HEAD tools, and
+    /// read-tier POST tools (`safety: read_only`) when `allowReadOverPost` is set.
     #[serde(default = "default_true")]
     pub read_only: bool,
+    /// Serve read-tier POST tools (search or query endpoints that take a body, `safety:
+    /// read_only`) in read-only mode too. Off: a read-only server serves GET and HEAD only,
+    /// whatever tier a tool declares.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    pub allow_read_over_post: bool,
     /// Roles from lowest to highest; a caller with a role may call tools requiring it or any
     /// role below it.
     #[serde(default = "default_roles")]
@@ -35,6 +42,7 @@ impl Default for PolicyConfig {
     fn default() -> Self {
         Self {
             read_only: true,
+            allow_read_over_post: false,
             roles: default_roles(),
             auth: AuthConfig::default(),
             rate_limit: RateLimitConfig::default(),
@@ -57,7 +65,8 @@ pub fn default_roles() -> Vec<String> {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum AuthMode {
-    /// No credentials; every caller is `anonymous` with the highest role.
+    /// No credentials; every caller is `anonymous` with the lowest role, so tools with a
+    /// `requiredRole` above it are hidden: role-gated tools need real credentials.
     #[default]
     None,
     /// `Authorization: Bearer <token>`, tokens from `credentialsFile`.

@@ -227,7 +227,7 @@ pub(crate) async fn tools_call(
         audit.finish("invalid", "unknown_tool", None);
         return unknown_tool(name);
     };
-    match authorize(policy.read_only, &policy.roles, who, &tool.config, tool.tier) {
+    match authorize(policy, who, &tool.config) {
         Ok(()) => {}
         // Hidden tools answer exactly like unknown ones: no existence leak.
         Err(d) if d.hides() => {

@@ -1130,7 +1130,7 @@ fn visible<'a>(rt: &'a Runtime, who: &'a Identity) -> impl Iterator<Item = &'a C
     let p = &rt.config.policy;
     rt.tools
         .iter()
-        .filter(move |t| crate::policy::authorize(p.read_only, &p.roles, who, &t.config, t.tier).is_ok())
+        .filter(move |t| crate::policy::authorize(p, who, &t.config).is_ok())
 }
 
 fn tools_list(rt: &Runtime, session: &Session, who: &Identity, params: Option<&Value>) -> Reply {

@@ -11,7 +11,7 @@ pub mod time;
 
 use std::sync::Arc;
 
-use toolgate_config::{Tier, ToolConfig};
+use toolgate_config::{PolicyConfig, ToolConfig};
 
 /// Who is calling, once authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,13 +29,14 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The caller when authentication is off: anonymous, with the highest role.
+    /// The caller when authentication is off: anonymous, with the lowest role (rank 0). No
+    /// credentials prove nothing, so tools with a `requiredRole` above the lowest stay hidden
+    /// until callers authenticate.
     pub fn anonymous(roles: &[String]) -> Self {
-        let rank = roles.len().saturating_sub(1);
         Self {
             subject: "anonymous".into(),
-            role: roles.get(rank).cloned().unwrap_or_default(),
-            rank,
+            role: roles.first().cloned().unwrap_or_default(),
+            rank: 0,
             tools: None,
             agent: None,
         }
@@ -59,7 +60,8 @@ pub fn glob(pattern: &str, name: &str) -> bool {
 /// Why a tool is not available to a caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
-    /// Hidden: read-only mode and a write tool. Answered like an unknown tool.
+    /// Hidden: read-only mode and a tool it does not serve (a write tool, or a read over a
+    /// method other than GET/HEAD, see [`PolicyConfig::serves`]). Answered like an unknown tool.
     ReadOnly,
     /// Hidden: not in the identity's tool allowlist. Answered like an unknown tool.
     NotAllowed,
@@ -83,15 +85,9 @@ impl Denied {
     }
 }
 
-/// Decides whether `who` may call `tool`.
-pub fn authorize(
-    read_only: bool,
-    roles: &[String],
-    who: &Identity,
-    tool: &ToolConfig,
-    tier: Tier,
-) -> Result<(), Denied> {
-    if read_only && tier == Tier::Write {
+/// Decides whether `who` may call (and see) `tool` under `policy`.
+pub fn authorize(policy: &PolicyConfig, who: &Identity, tool: &ToolConfig) -> Result<(), Denied> {
+    if !policy.serves(tool) {
         return Err(Denied::ReadOnly);
     }
     if let Some(allowed) = &who.tools {
@@ -100,7 +96,7 @@ pub fn authorize(
         }
     }
     if let Some(required) = &tool.required_role {
-        let need = roles.iter().position(|r| r == required).unwrap_or(usize::MAX);
+        let need = policy.roles.iter().position(|r| r == required).unwrap_or(usize::MAX);
         if who.rank < need {
             return Err(Denied::Role);
         }
@@ -122,18 +118,18 @@ mod tests {
         assert!(!glob("a?c", "ac"));
     }
 
-    fn tools() -> Vec<ToolConfig> {
-        parse_yaml(
-            "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://x:1'}\ntools:\n  - {name: a, inputSchema: {type: object}, http: {method: GET, path: /a}}\n  - {name: b, requiredRole: operator, inputSchema: {type: object}, http: {method: POST, path: /b}}\n",
-        )
+    fn config(policy: &str) -> toolgate_config::ProxyConfig {
+        parse_yaml(&format!(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {{baseUrl: 'http://x:1'}}\npolicy: {policy}\ntools:\n  - {{name: a, inputSchema: {{type: object}}, http: {{method: GET, path: /a}}}}\n  - {{name: b, requiredRole: operator, inputSchema: {{type: object}}, http: {{method: POST, path: /b}}}}\n  - {{name: search, tier: read, safety: read_only, inputSchema: {{type: object}}, http: {{method: POST, path: /s}}}}\n  - {{name: c, requiredRole: operator, inputSchema: {{type: object}}, http: {{method: GET, path: /c}}}}\n",
+        ))
         .unwrap()
-        .tools
     }
 
     #[test]
     fn read_only_hides_write_tools_and_roles_are_ordered() {
-        let roles = toolgate_config::default_roles();
-        let t = tools();
+        let ro = config("{}");
+        let rw = config("{readOnly: false}");
+        let t = &ro.tools;
         let viewer = Identity {
             subject: "k".into(),
             role: "viewer".into(),
@@ -146,21 +142,47 @@ mod tests {
             role: "admin".into(),
             ..viewer.clone()
         };
-        assert_eq!(
-            authorize(true, &roles, &admin, &t[1], Tier::Write),
-            Err(Denied::ReadOnly)
-        );
-        assert_eq!(authorize(false, &roles, &viewer, &t[1], Tier::Write), Err(Denied::Role));
-        assert_eq!(authorize(false, &roles, &admin, &t[1], Tier::Write), Ok(()));
-        assert_eq!(authorize(true, &roles, &viewer, &t[0], Tier::Read), Ok(()));
+        assert_eq!(authorize(&ro.policy, &admin, &t[1]), Err(Denied::ReadOnly));
+        assert_eq!(authorize(&rw.policy, &viewer, &t[1]), Err(Denied::Role));
+        assert_eq!(authorize(&rw.policy, &admin, &t[1]), Ok(()));
+        assert_eq!(authorize(&ro.policy, &viewer, &t[0]), Ok(()));
         let scoped = Identity {
             tools: Some(Arc::new(vec!["b".into()])),
             ..admin
         };
+        assert_eq!(authorize(&rw.policy, &scoped, &t[0]), Err(Denied::NotAllowed));
+        assert_eq!(authorize(&rw.policy, &scoped, &t[1]), Ok(()));
+    }
+
+    #[test]
+    fn read_only_serves_a_read_over_post_only_when_allowed() {
+        let viewer = Identity::anonymous(&toolgate_config::default_roles());
+        let ro = config("{}");
+        assert_eq!(authorize(&ro.policy, &viewer, &ro.tools[2]), Err(Denied::ReadOnly));
+        let allowed = config("{allowReadOverPost: true}");
+        assert_eq!(authorize(&allowed.policy, &viewer, &allowed.tools[2]), Ok(()));
         assert_eq!(
-            authorize(false, &roles, &scoped, &t[0], Tier::Read),
-            Err(Denied::NotAllowed)
+            authorize(&allowed.policy, &viewer, &allowed.tools[1]),
+            Err(Denied::ReadOnly),
+            "a write POST stays hidden"
         );
-        assert_eq!(authorize(false, &roles, &scoped, &t[1], Tier::Write), Ok(()));
+        // A PUT that claims to be a safe read (a config that skipped validation) is not served.
+        let mut put = ro.tools[0].clone();
+        put.http.method = toolgate_config::Method::Put;
+        assert_eq!(authorize(&allowed.policy, &viewer, &put), Err(Denied::ReadOnly));
+    }
+
+    #[test]
+    fn anonymous_callers_have_the_lowest_role() {
+        let roles = toolgate_config::default_roles();
+        let anon = Identity::anonymous(&roles);
+        assert_eq!(
+            (anon.subject.as_str(), anon.role.as_str(), anon.rank),
+            ("anonymous", "viewer", 0)
+        );
+        let rw = config("{readOnly: false}");
+        assert_eq!(authorize(&rw.policy, &anon, &rw.tools[0]), Ok(()));
+        assert_eq!(authorize(&rw.policy, &anon, &rw.tools[3]), Err(Denied::Role));
+        assert_eq!(Identity::anonymous(&[]).rank, 0);
     }
 }

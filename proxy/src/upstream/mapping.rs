@@ -311,6 +311,154 @@ mod tests {
         assert_eq!(futures_body(req), json!({"a": "x"}));
     }
 
+    /// A tiny deterministic generator (xorshift64*), so the property test needs no new crate
+    /// and every failure reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+
+        fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+            items[(self.next() % items.len() as u64) as usize]
+        }
+
+        fn concat(&mut self, items: &[&str], max: u64) -> String {
+            let n = 1 + self.next() % max;
+            (0..n).map(|_| self.pick(items)).collect()
+        }
+    }
+
+    /// Pieces of hostile paths, hosts and values: separators, dot segments, authorities,
+    /// encodings, control and non-ASCII characters.
+    const HOSTILE: [&str; 30] = [
+        "/",
+        "//",
+        ".",
+        "..",
+        "@",
+        ":",
+        "?",
+        "#",
+        "%",
+        "%2e",
+        "%2F",
+        "%40",
+        "\\",
+        "evil.example",
+        "http://evil.example",
+        "//evil.example:1",
+        "@evil.example",
+        "127.0.0.1:38080",
+        "[::1]",
+        "a",
+        "x",
+        "~",
+        "-",
+        "_",
+        " ",
+        "\r\n",
+        "\t",
+        "\u{0}",
+        "é",
+        ";",
+    ];
+
+    #[test]
+    fn no_path_template_or_value_changes_the_scheme_or_authority() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let bases = [
+            ("http://127.0.0.1:9", "127.0.0.1:9", ""),
+            ("http://127.0.0.1:9/api/", "127.0.0.1:9", "/api"),
+            ("http://shop-api.demo.svc:8080/v1/x", "shop-api.demo.svc:8080", "/v1/x"),
+            ("http://[::1]:7", "[::1]:7", ""),
+        ];
+        let (mut served, mut built) = (0, 0);
+        for case in 0..3000 {
+            let (base, authority, prefix) = bases[case % bases.len()];
+            let mut path = String::from("/");
+            for _ in 0..1 + rng.next() % 5 {
+                if rng.next() % 3 == 0 {
+                    path.push_str("{id}");
+                } else {
+                    path.push_str(&rng.concat(&HOSTILE, 3));
+                }
+            }
+            if !path.contains("{id}") {
+                path.push_str("/{id}");
+            }
+            let text = format!(
+                "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {{baseUrl: '{base}'}}\ntools:\n  - name: t\n    inputSchema: {{type: object, required: [id], properties: {{id: {{type: string}}, q: {{type: string}}}}}}\n    http: {{method: GET, path: {}, query: {{q: '{{q}}'}}}}\n",
+                serde_json::to_string(&path).unwrap()
+            );
+            // A template the config refuses is never served; that is a pass too.
+            let Ok(cfg) = parse_yaml(&text) else { continue };
+            let rt = Runtime::compile(cfg, 1).unwrap();
+            assert_eq!(rt.upstream.authority().as_str(), authority, "{base}");
+            assert_eq!(rt.upstream.prefix(), prefix, "{base}");
+            served += 1;
+            let t = rt.tool("t").unwrap();
+            for _ in 0..8 {
+                let a = args(json!({"id": rng.concat(&HOSTILE, 4), "q": rng.concat(&HOSTILE, 4)}));
+                let Ok(req) = build(t, &a, &rt.upstream, &[]) else {
+                    continue;
+                };
+                built += 1;
+                let uri = req.uri();
+                assert_eq!(uri.scheme_str(), Some("http"), "{path} {a:?} -> {uri}");
+                assert_eq!(
+                    uri.authority().map(|a| a.as_str()),
+                    Some(authority),
+                    "{path} {a:?} -> {uri}"
+                );
+                assert!(uri.path().starts_with(&format!("{prefix}/")), "{path} {a:?} -> {uri}");
+                assert!(!uri.path()[prefix.len()..].starts_with("//"), "{path} {a:?} -> {uri}");
+                // What the client sends is what we checked: reparsing the URI gives the same
+                // authority.
+                let again: http::Uri = uri.to_string().parse().unwrap();
+                assert_eq!(again.authority(), uri.authority(), "{uri}");
+            }
+        }
+        assert!(
+            served > 300 && built > 2000,
+            "the generator exercised too little: {served} configs, {built} requests"
+        );
+    }
+
+    #[test]
+    fn the_upstream_join_never_leaves_the_base_url() {
+        let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+        let rt = runtime("{method: GET, path: '/c/{id}'}", "{id: {type: string}}");
+        let up = &rt.upstream;
+        for pq in [
+            "//evil.example/x",
+            "@evil.example/x",
+            "evil.example",
+            "",
+            "http://evil.example/",
+        ] {
+            assert!(up.uri(pq).is_err(), "{pq}");
+        }
+        let mut joined = 0;
+        for _ in 0..20_000 {
+            let tail = rng.concat(&HOSTILE, 8);
+            let pq = if rng.next() % 4 == 0 { tail } else { format!("/{tail}") };
+            if let Ok(uri) = up.uri(&pq) {
+                joined += 1;
+                assert_eq!(uri.scheme_str(), Some("http"), "{pq:?} -> {uri}");
+                assert_eq!(uri.authority().unwrap().as_str(), "127.0.0.1:9", "{pq:?} -> {uri}");
+                assert!(uri.path().starts_with("/api/"), "{pq:?} -> {uri}");
+                let again: http::Uri = uri.to_string().parse().unwrap();
+                assert_eq!(again.authority(), uri.authority(), "{uri}");
+            }
+        }
+        assert!(joined > 2000, "only {joined} joins succeeded");
+    }
+
     fn futures_body(req: Request<Full<Bytes>>) -> Value {
         use http_body_util::BodyExt;
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();

@@ -7,12 +7,13 @@ pub mod shape;
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::uri::{Authority, Scheme};
 use http::{HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use toolgate_config::UpstreamConfig;
+use toolgate_config::{BaseUrl, UpstreamConfig};
 
 /// The upstream client could not be built from the config.
 #[derive(Debug, thiserror::Error)]
@@ -70,29 +71,34 @@ pub struct UpstreamResponse {
 /// Pooled HTTP/1.1 client for one upstream base URL.
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
-    authority: String,
+    scheme: Scheme,
+    authority: Authority,
     prefix: String,
     max_response_bytes: u64,
 }
 
+/// A tool's path and query cannot be joined to the base URL without leaving it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` cannot be joined to the upstream base URL")]
+pub struct JoinError(pub String);
+
 impl Upstream {
     /// Builds the client for `cfg`.
     pub fn new(cfg: &UpstreamConfig) -> Result<Self, UpstreamError> {
-        let bad = |reason: &str| UpstreamError::BaseUrl {
+        let bad = |reason: String| UpstreamError::BaseUrl {
             url: cfg.base_url.clone(),
-            reason: reason.into(),
+            reason,
         };
-        let rest = cfg
-            .base_url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("only http:// is supported"))?;
-        let (authority, prefix) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        authority
-            .parse::<http::uri::Authority>()
-            .map_err(|_| bad("invalid host or port"))?;
+        // The same structural parse the config validation runs: scheme, host, port and a clean
+        // prefix, nothing else.
+        let base = BaseUrl::parse(&cfg.base_url).map_err(bad)?;
+        if base.scheme != "http" {
+            return Err(bad("only http:// is supported".into()));
+        }
+        let authority = base
+            .authority()
+            .parse::<Authority>()
+            .map_err(|_| bad("invalid host or port".into()))?;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
         connector.set_nodelay(true);
@@ -104,19 +110,42 @@ impl Upstream {
             .build(connector);
         Ok(Self {
             client,
-            authority: authority.to_string(),
-            prefix: prefix.to_string(),
+            scheme: Scheme::HTTP,
+            authority,
+            prefix: base.prefix,
             max_response_bytes: cfg.max_response_bytes,
         })
     }
 
-    /// The absolute URI of `path_and_query` (already encoded) below the base URL.
-    pub fn uri(&self, path_and_query: &str) -> Result<Uri, http::Error> {
-        Uri::builder()
-            .scheme("http")
-            .authority(self.authority.as_str())
+    /// The base URL's `host[:port]`: the authority of every URI [`Upstream::uri`] builds.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// The base URL's path prefix (`""` or `/seg...`, no trailing `/`).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The absolute URI of `path_and_query` (already encoded) below the base URL. The scheme and
+    /// authority are always the base URL's: a path that does not start with exactly one `/`
+    /// (`//host/...` would read as an authority to some servers), or whose URI would not keep
+    /// them, is refused.
+    pub fn uri(&self, path_and_query: &str) -> Result<Uri, JoinError> {
+        let refuse = || JoinError(path_and_query.to_string());
+        if !path_and_query.starts_with('/') || path_and_query.starts_with("//") {
+            return Err(refuse());
+        }
+        let uri = Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
             .path_and_query(format!("{}{}", self.prefix, path_and_query))
             .build()
+            .map_err(|_| refuse())?;
+        if uri.scheme() != Some(&self.scheme) || uri.authority() != Some(&self.authority) {
+            return Err(refuse());
+        }
+        Ok(uri)
     }
 
     /// Sends `req` and reads the whole response within `timeout`.
