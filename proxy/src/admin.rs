@@ -139,6 +139,9 @@ where
                         "sessions": shared.sessions.len(),
                         "audit": {"healthy": audit.healthy(), "written": load(&stats.written),
                                   "dropped": load(&stats.dropped), "writeFailures": load(&stats.write_failures)},
+                        // Stale OAuth keys are reported, not failed on: failing readiness during an
+                        // identity provider's outage would take every replica out at once.
+                        "jwks": rt.auth.jwks_status(),
                     }),
                 )
             }

@@ -146,14 +146,9 @@ impl ProxyConfig {
                         "set exactly one of jwksFile and jwksUrl",
                     ));
                 }
-                if let Some(u) = &o.jwks_url {
-                    if !(u.starts_with("http://") || u.starts_with("https://")) {
-                        errs.push(ConfigError::new(
-                            "policy.auth.oauth.jwksUrl",
-                            "must be an http:// or https:// URL",
-                        ));
-                    }
-                }
+                // The jwksUrl scheme rule (https except to loopback) and tokenTypes live beside
+                // the oauth settings, so `check`, a reload and the proxy's start agree.
+                errs.extend(o.problems());
                 if !(o.resource.starts_with("https://") || o.resource.starts_with("http://")) {
                     errs.push(ConfigError::new(
                         "policy.auth.oauth.resource",
@@ -381,21 +376,14 @@ fn check_origin(origin: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `upstream.baseUrl`: structurally a service URL (see [`crate::BaseUrl`]), and `http://`, the
+/// only scheme the proxy's upstream client speaks.
 fn check_base_url(url: &str) -> Result<(), String> {
-    let Some(rest) = url.strip_prefix("http://") else {
+    let parsed = crate::BaseUrl::parse(url)?;
+    if parsed.scheme != "http" {
         return Err(format!(
-            "`{url}` must start with `http://` (the upstream is a loopback sidecar port or an in-cluster Service)"
+            "`{url}`: https:// upstreams are not supported; the proxy speaks plain http to a loopback sidecar port or an in-cluster Service (use `http://host:port[/prefix]`)"
         ));
-    };
-    let authority = rest.split('/').next().unwrap_or("");
-    if authority.is_empty() || authority.contains('@') {
-        return Err(format!("`{url}` must name a host (and no user info)"));
-    }
-    if url.contains(['?', '#', ' ']) {
-        return Err(format!("`{url}` must not contain a query, fragment or space"));
-    }
-    if !url.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(format!("`{url}` must be printable ASCII"));
     }
     Ok(())
 }
@@ -419,17 +407,25 @@ fn validate_tool(tool: &ToolConfig, at: &str, patterns: &crate::schema::Patterns
     if let Some(out) = &tool.output_schema {
         check_schema(out, &format!("{at}.outputSchema"), patterns, errs);
     }
-    if tool.effective_tier() == crate::Tier::Read
-        && (tool.http.method == crate::Method::Delete || tool.effective_safety() != crate::Safety::ReadOnly)
-    {
-        errs.push(ConfigError::new(
-            format!("{at}.tier"),
-            format!(
-                "a read-tier tool must be safe: {} with safety `{}` would be served in read-only mode; set `safety: read_only` for a read over POST, or `tier: write`",
-                tool.http.method.as_str(),
-                tool.effective_safety().as_str()
-            ),
-        ));
+    if tool.effective_tier() == crate::Tier::Read {
+        use crate::Method;
+        let method = tool.http.method.as_str();
+        if matches!(tool.http.method, Method::Put | Method::Patch | Method::Delete) {
+            errs.push(ConfigError::new(
+                format!("{at}.tier"),
+                format!(
+                    "{method} can never be a read-tier tool: PUT, PATCH and DELETE change state, and read-tier tools are open to every role on a read-only server; set `tier: write`, or map the read to GET or HEAD (or to POST with `safety: read_only` for a query that takes a body)"
+                ),
+            ));
+        } else if tool.effective_safety() != crate::Safety::ReadOnly {
+            errs.push(ConfigError::new(
+                format!("{at}.tier"),
+                format!(
+                    "a read-tier tool must be safe: {method} with safety `{}` would be served in read-only mode; set `safety: read_only` for a read over POST, or `tier: write`",
+                    tool.effective_safety().as_str()
+                ),
+            ));
+        }
     }
     if let Some(role) = &tool.required_role {
         if role.trim().is_empty() {
@@ -465,12 +461,17 @@ fn validate_tool(tool: &ToolConfig, at: &str, patterns: &crate::schema::Patterns
         Ok(t) => {
             if !http.path.starts_with('/') {
                 errs.push(ConfigError::new(path_at.clone(), "must start with `/`"));
+            } else if http.path.starts_with("//") {
+                errs.push(ConfigError::new(
+                    path_at.clone(),
+                    "must start with a single `/` (`//host/...` reads as a host to some servers)",
+                ));
             }
             for lit in t.literals() {
-                if lit.contains(['?', '#', ' ', '\r', '\n']) || !lit.is_ascii() {
+                if lit.contains(['?', '#', '\\']) || !lit.bytes().all(|b| b.is_ascii_graphic()) {
                     errs.push(ConfigError::new(
                         path_at.clone(),
-                        "must be a plain ASCII path without `?`, `#` or spaces (put query parameters under `http.query`)",
+                        "must be a plain ASCII path without `?`, `#`, `\\`, spaces or control characters (put query parameters under `http.query`)",
                     ));
                     break;
                 }
@@ -732,16 +733,143 @@ mod tests {
     }
 
     #[test]
-    fn a_read_tier_tool_must_be_safe() {
-        let e = errors("  - {name: t, tier: read, inputSchema: {type: object}, http: {method: DELETE, path: /x}}\n");
-        assert!(
-            e[0].contains("tools[0] (t).tier: a read-tier tool must be safe"),
-            "{e:?}"
-        );
-        let ok = parse_yaml(&format!(
-            "{BASE}tools:\n  - {{name: t, tier: read, safety: read_only, inputSchema: {{type: object}}, http: {{method: POST, path: /search}}}}\n"
-        ));
-        assert!(ok.is_ok(), "{ok:?}");
+    fn a_read_tier_tool_must_use_a_safe_method_and_be_safe() {
+        // (method, tier, safety) -> None when accepted, or a fragment of the `.tier` error.
+        let never = "can never be a read-tier tool";
+        let unsafe_ = "a read-tier tool must be safe";
+        for (method, tier, safety, expected) in [
+            ("GET", "read", None, None),
+            ("GET", "read", Some("read_only"), None),
+            ("HEAD", "read", None, None),
+            ("POST", "read", Some("read_only"), None),
+            ("GET", "write", None, None),
+            ("POST", "write", None, None),
+            ("PUT", "write", Some("mutation"), None),
+            ("DELETE", "write", None, None),
+            ("POST", "read", None, Some(unsafe_)),
+            ("POST", "read", Some("mutation"), Some(unsafe_)),
+            ("GET", "read", Some("external_send"), Some(unsafe_)),
+            ("PUT", "read", Some("read_only"), Some(never)),
+            ("PUT", "read", None, Some(never)),
+            ("PATCH", "read", Some("read_only"), Some(never)),
+            ("DELETE", "read", Some("read_only"), Some(never)),
+            ("DELETE", "read", None, Some(never)),
+        ] {
+            let safety = safety.map(|s| format!(", safety: {s}")).unwrap_or_default();
+            let text = format!(
+                "{BASE}tools:\n  - {{name: close, tier: {tier}{safety}, inputSchema: {{type: object}}, http: {{method: {method}, path: /accounts/close}}}}\n"
+            );
+            let case = format!("{method} tier {tier}{safety}");
+            match (parse_yaml(&text), expected) {
+                (Ok(_), None) => {}
+                (Err(e), Some(needle)) => {
+                    let e: Vec<String> = e.errors.iter().map(|e| e.to_string()).collect();
+                    assert_eq!(e.len(), 1, "{case}: {e:?}");
+                    assert!(e[0].starts_with("tools[0] (close).tier: "), "{case}: {e:?}");
+                    assert!(e[0].contains(needle), "{case}: {e:?}");
+                    assert!(e[0].contains("tier: write"), "{case}: says what to do: {e:?}");
+                }
+                (got, want) => panic!("{case}: expected {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn read_only_mode_serves_get_and_head_and_post_only_when_allowed() {
+        let cfg = parse_yaml(&format!(
+            "{BASE}tools:\n  - {{name: get, inputSchema: {{type: object}}, http: {{method: GET, path: /a}}}}\n  - {{name: head, inputSchema: {{type: object}}, http: {{method: HEAD, path: /a}}}}\n  - {{name: search, tier: read, safety: read_only, inputSchema: {{type: object}}, http: {{method: POST, path: /s}}}}\n  - {{name: post, inputSchema: {{type: object}}, http: {{method: POST, path: /p}}}}\n  - {{name: get_write, tier: write, inputSchema: {{type: object}}, http: {{method: GET, path: /g}}}}\n  - {{name: put, inputSchema: {{type: object}}, http: {{method: PUT, path: /u}}}}\n"
+        ))
+        .unwrap();
+        assert!(cfg.policy.read_only && !cfg.policy.allow_read_over_post, "defaults");
+        let served = |p: &crate::PolicyConfig| -> Vec<&str> {
+            cfg.tools
+                .iter()
+                .filter(|t| p.serves(t))
+                .map(|t| t.name.as_str())
+                .collect()
+        };
+        let mut p = cfg.policy.clone();
+        assert_eq!(served(&p), ["get", "head"]);
+        p.allow_read_over_post = true;
+        assert_eq!(served(&p), ["get", "head", "search"]);
+        p.read_only = false;
+        assert_eq!(served(&p).len(), 6);
+        // A PUT that claims to be a safe read is still never served read-only (configs that skip
+        // validation included).
+        let mut put = cfg.tools[5].clone();
+        put.tier = Some(crate::Tier::Read);
+        put.safety = Some(crate::Safety::ReadOnly);
+        assert!(!put.served_read_only(true));
+    }
+
+    #[test]
+    fn allow_read_over_post_is_a_policy_key() {
+        let cfg = parse_yaml(&format!("{BASE}policy: {{allowReadOverPost: true}}\n")).unwrap();
+        assert!(cfg.policy.allow_read_over_post);
+    }
+
+    #[test]
+    fn tool_paths_cannot_name_a_host_or_hide_characters() {
+        for (path, needle) in [
+            ("//evil.example/x", "single `/`"),
+            ("/a\\\\b", "`\\`"),
+            ("/a\tb", "control"),
+        ] {
+            let e = errors(&format!(
+                "  - {{name: t, inputSchema: {{type: object}}, http: {{method: GET, path: \"{path}\"}}}}\n"
+            ));
+            assert!(
+                e.iter()
+                    .any(|e| e.starts_with("tools[0] (t).http.path") && e.contains(needle)),
+                "{path}: {e:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_base_urls_are_checked_structurally() {
+        let load = |url: &str| {
+            let text = format!(
+                "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {{baseUrl: {}}}\n",
+                serde_json::to_string(url).unwrap()
+            );
+            parse_yaml(&text).map(|_| ()).map_err(|e| {
+                assert_eq!(e.errors.len(), 1, "{url}: {e}");
+                e.errors[0].to_string()
+            })
+        };
+        for ok in [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "http://shop-api.demo.svc:80",
+            "http://shop-api.demo.svc.cluster.local:8080/api/v1/",
+            "http://[::1]:9000/x",
+            "http://localhost",
+        ] {
+            assert_eq!(load(ok), Ok(()), "{ok}");
+        }
+        for (bad, needle) in [
+            ("http://127.0.0.1:38080/.demo.svc:80", "contains `:`"),
+            ("http://admin@shop-api.demo.svc", "user info"),
+            ("http://shop-api.demo.svc:80@127.0.0.1:38080", "user info"),
+            ("http://shop-api/?x=1", "query"),
+            ("http://shop-api/#x", "fragment"),
+            ("http://shop-api/a/../b", "`..`"),
+            ("http://shop-api/./b", "`.`"),
+            ("http://%31%32%37.0.0.1", "percent-encoded"),
+            ("http://evil\\@shop-api", "backslash"),
+            ("http://shop api", "whitespace"),
+            ("http://shop-api\n.demo", "whitespace"),
+            ("http://:8080", "host"),
+            ("http://127.1:8080", "dotted quad"),
+            ("https://shop-api.demo.svc", "https:// upstreams are not supported"),
+            ("ftp://shop-api", "scheme `ftp`"),
+            ("shop-api.demo.svc:80", "scheme"),
+        ] {
+            let e = load(bad).expect_err(bad);
+            assert!(e.starts_with("upstream.baseUrl: "), "{bad}: {e}");
+            assert!(e.contains(needle), "{bad}: `{needle}` not in: {e}");
+        }
     }
 
     #[test]
