@@ -24,9 +24,15 @@ pub const SERVER_ANNOTATION: &str = "toolgate.dev/server";
 pub const HASH_ANNOTATION: &str = "toolgate.dev/applied-hash";
 /// Volume holding the rendered config.
 pub const CONFIG_VOLUME: &str = "toolgate-config";
+/// An empty volume mounted over the ServiceAccount token directory in the proxy container: the
+/// proxy needs no Kubernetes API, so it never sees the token the application's containers get.
+pub const NO_TOKEN_VOLUME: &str = "toolgate-no-token";
+/// Where the kubelet mounts a pod's ServiceAccount token.
+pub const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Every volume name the operator may add to a pod.
-pub const VOLUMES: [&str; 4] = [
+pub const VOLUMES: [&str; 5] = [
     CONFIG_VOLUME,
+    NO_TOKEN_VOLUME,
     "toolgate-auth-credentials",
     "toolgate-oauth-jwks",
     "toolgate-upstream-credential",
@@ -62,7 +68,10 @@ pub fn proxy_container(server: &McpServer, mounts: &[SecretMount], defaults: &Pr
         let service = telemetry.service_name.clone().unwrap_or_else(|| format!("{name}.{ns}"));
         env.push(json!({"name": "OTEL_SERVICE_NAME", "value": service}));
     }
-    let mut volume_mounts = vec![json!({"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": true})];
+    let mut volume_mounts = vec![
+        json!({"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": true}),
+        json!({"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": true}),
+    ];
     for m in mounts {
         volume_mounts.push(json!({"name": volume_name(m), "mountPath": m.dir(), "readOnly": true}));
     }
@@ -106,7 +115,10 @@ pub fn proxy_container(server: &McpServer, mounts: &[SecretMount], defaults: &Pr
 
 /// The pod volumes the proxy needs: the ConfigMap and each Secret key.
 pub fn proxy_volumes(server: &McpServer, mounts: &[SecretMount]) -> Vec<Value> {
-    let mut v = vec![json!({"name": CONFIG_VOLUME, "configMap": {"name": configmap_name(server)}})];
+    let mut v = vec![
+        json!({"name": CONFIG_VOLUME, "configMap": {"name": configmap_name(server)}}),
+        json!({"name": NO_TOKEN_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}}),
+    ];
     for m in mounts {
         v.push(json!({"name": volume_name(m), "secret": {"secretName": m.secret, "items": [{"key": m.key, "path": m.key}]}}));
     }
@@ -184,12 +196,21 @@ mod tests {
         assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
         let volumes = &p["spec"]["template"]["spec"]["volumes"];
         assert_eq!(volumes[0]["configMap"]["name"], "shop-toolgate");
+        // The proxy never sees the pod's ServiceAccount token.
         assert_eq!(
-            volumes[1]["secret"],
+            volumes[1],
+            json!({"name": NO_TOKEN_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}})
+        );
+        assert_eq!(
+            c["volumeMounts"][1],
+            json!({"name": NO_TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": true})
+        );
+        assert_eq!(
+            volumes[2]["secret"],
             json!({"secretName": "keys", "items": [{"key": "creds.yaml", "path": "creds.yaml"}]})
         );
         assert_eq!(
-            c["volumeMounts"][1]["mountPath"],
+            c["volumeMounts"][2]["mountPath"],
             "/etc/toolgate/secrets/auth-credentials"
         );
         assert!(applied_hash(&p).is_some());

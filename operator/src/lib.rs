@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod controller;
 pub mod crd;
+pub mod guard;
 pub mod inject;
 pub mod leader;
 pub mod metrics;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use toolgate_operator::admin::{self, Admin};
 use toolgate_operator::controller::{self, RunConfig};
+use toolgate_operator::guard::Guard;
 use toolgate_operator::inject::ProxyDefaults;
 use toolgate_operator::leader::{LeaderElector, LeaseConfig};
 use toolgate_operator::metrics::Metrics;
@@ -28,6 +29,14 @@ const USAGE: &str = "usage: toolgate-operator [options]
   --lease-duration-seconds N  how long a lease lasts without renewal (default 15; renewed
                             every third of it)
   --no-leader-election      run without a Lease (one replica only)
+  --allowed-proxy-images LIST  comma-separated image repositories (any tag or digest; a
+                            trailing * is a prefix) McpServers may run as the proxy (env
+                            TOOLGATE_ALLOWED_PROXY_IMAGES; default: the repository of
+                            --proxy-image)
+  --trust-namespace-secrets mount any Secret an McpServer names in its namespace (default:
+                            only Secrets labelled toolgate.dev/usage=proxy)
+  --protected-namespace NS  never serve McpServers in NS (default env POD_NAMESPACE, else the
+                            service account's namespace: the operator's own)
 The Kubernetes API is reached through KUBECONFIG or the in-cluster service account.";
 
 struct Flags {
@@ -45,9 +54,11 @@ fn parse(args: &[String]) -> Result<Flags, String> {
     let mut image = env("TOOLGATE_PROXY_IMAGE");
     let mut namespace = env("WATCH_NAMESPACE");
     let sa_ns = std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok();
-    let mut lease_ns = env("POD_NAMESPACE")
-        .or(sa_ns.map(|s| s.trim().to_string()))
-        .unwrap_or_else(|| "default".into());
+    let own_ns = env("POD_NAMESPACE").or(sa_ns.map(|s| s.trim().to_string()));
+    let mut lease_ns = own_ns.clone().unwrap_or_else(|| "default".into());
+    let mut protected = own_ns;
+    let mut allowed_images = env("TOOLGATE_ALLOWED_PROXY_IMAGES");
+    let mut trust_secrets = false;
     let mut lease_name = "toolgate-operator".to_string();
     let host = env("HOSTNAME").unwrap_or_else(|| "toolgate-operator".into());
     let mut identity = env("POD_NAME").unwrap_or_else(|| format!("{host}-{}", std::process::id()));
@@ -80,6 +91,9 @@ fn parse(args: &[String]) -> Result<Flags, String> {
                     .ok_or("--lease-duration-seconds must be 3-300")?
             }
             "--no-leader-election" => election = false,
+            "--allowed-proxy-images" => allowed_images = Some(value()?),
+            "--trust-namespace-secrets" => trust_secrets = true,
+            "--protected-namespace" => protected = Some(value()?).filter(|n| !n.is_empty()),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -91,11 +105,29 @@ fn parse(args: &[String]) -> Result<Flags, String> {
     if let Some(i) = image {
         defaults.image = i;
     }
+    let guard = Guard {
+        allowed_images: allowed_images
+            .iter()
+            .flat_map(|l| l.split(','))
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(str::to_string)
+            .collect(),
+        trust_namespace_secrets: trust_secrets,
+        protected_namespace: protected,
+    };
+    if !guard.image_allowed(&defaults.image, &defaults.image) {
+        return Err(format!(
+            "--proxy-image {} is not in --allowed-proxy-images: no McpServer could run",
+            defaults.image
+        ));
+    }
     Ok(Flags {
         admin,
         run: RunConfig {
             namespace,
             defaults,
+            guard,
             instance: Some(identity.clone()),
         },
         lease: election.then_some(LeaseConfig {

@@ -51,7 +51,9 @@ pub fn configmap(server: &McpServer, rendered: &Rendered) -> Value {
     cm
 }
 
-/// Service `<server>-mcp` selecting `selector`, port `spec.port` named `mcp`.
+/// Service `<server>-mcp` selecting `selector`, port `spec.port` named `mcp`, targeting the
+/// proxy's named container port (never a number an author picks: with no proxy in the pods,
+/// the Service has no endpoint instead of exposing an application port).
 pub fn service(server: &McpServer, selector: &BTreeMap<String, String>) -> Value {
     let mut svc = json!({
         "apiVersion": "v1",
@@ -59,7 +61,7 @@ pub fn service(server: &McpServer, selector: &BTreeMap<String, String>) -> Value
         "metadata": meta(server, &service_name(server), "endpoint"),
         "spec": {
             "selector": selector,
-            "ports": [{"name": "mcp", "port": server.spec.port, "targetPort": server.spec.port, "protocol": "TCP", "appProtocol": "http"}]
+            "ports": [{"name": "mcp", "port": server.spec.port, "targetPort": MCP_PORT_NAME, "protocol": "TCP", "appProtocol": "http"}]
         }
     });
     stamp(&mut svc);
@@ -136,6 +138,7 @@ mod tests {
         assert_eq!(svc["metadata"]["name"], "shop-mcp");
         assert_eq!(svc["spec"]["selector"], json!({"app": "shop"}));
         assert_eq!(svc["spec"]["ports"][0]["port"], 8931);
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], MCP_PORT_NAME);
     }
 
     #[test]

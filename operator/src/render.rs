@@ -94,6 +94,30 @@ pub fn endpoint(server: &McpServer) -> String {
     )
 }
 
+/// The URL of Service `name` in namespace `ns`: built from its parts, and only for a name
+/// that is a Service name (a DNS-1035 label), so no spelling of `name` can make the host
+/// anything but `<name>.<ns>.svc`.
+pub fn service_url(name: &str, ns: &str, port: i32) -> Result<String, String> {
+    if !crate::guard::is_dns1035_label(name) {
+        return Err(format!(
+            "spec.upstream.service.name: `{}` is not a Service name (a DNS-1035 label: lower-case letters, digits and '-', starting with a letter); the gateway only calls Services of its own namespace",
+            name.escape_debug()
+        ));
+    }
+    if !(1..=65535).contains(&port) {
+        return Err(format!("spec.upstream.service.port: {port} is not a port (1-65535)"));
+    }
+    let url = format!("http://{name}.{ns}.svc:{port}");
+    let authority = url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|u| u.authority().map(|a| (a.host().to_string(), a.port_u16())));
+    if authority != Some((format!("{name}.{ns}.svc"), u16::try_from(port).ok())) {
+        return Err(format!("spec.upstream.service: `{name}` does not make a Service URL"));
+    }
+    Ok(url)
+}
+
 /// `<server>-mcp`: the Service in front of the MCP port.
 pub fn service_name(server: &McpServer) -> String {
     format!("{}-mcp", server.metadata.name.as_deref().unwrap_or_default())
@@ -113,7 +137,14 @@ pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
     let mut problems = Vec::new();
 
     let mut upstream = UpstreamConfig::new(match (spec.mode, &spec.upstream.service) {
-        (ServerMode::Gateway, Some(svc)) => format!("http://{}.{ns}.svc:{}", svc.name, svc.port),
+        (ServerMode::Gateway, Some(svc)) => match service_url(&svc.name, ns, svc.port) {
+            Ok(url) => url,
+            Err(e) => {
+                problems.push(e);
+                // Never used: a server with problems is not applied.
+                "http://127.0.0.1:1".to_string()
+            }
+        },
         _ => format!("http://127.0.0.1:{}", spec.upstream.port.unwrap_or(80)),
     });
     if let Some(ms) = spec.upstream.connect_timeout_ms {
@@ -154,6 +185,11 @@ pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
         }
     };
 
+    if spec.auth.is_none() {
+        problems.push(
+            "spec.auth: required: set auth.mode (apiKey, bearer, customHeaders or oauth), or `mode: none` to serve every caller without authentication, as an anonymous caller with the lowest role".into(),
+        );
+    }
     let mut config = ProxyConfig::new(upstream, Vec::new());
     config.server = server_cfg;
     config.policy = policy;
@@ -178,7 +214,15 @@ pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
     let mut owners: BTreeMap<String, String> = BTreeMap::new();
     for tool in ordered {
         let object = tool.metadata.name.clone().unwrap_or_default();
-        let verdict = judge(&config, tool, &owners);
+        let verdict = if spec.allowed_tools.is_empty() || spec.allowed_tools.contains(&object) {
+            judge(&config, tool, &owners)
+        } else {
+            Verdict::Rejected {
+                tier: None,
+                reason: reason::NOT_ALLOWED,
+                message: format!("McpServer {name} serves only the McpTools in its spec.allowedTools, and {object} is not one of them; the server's owner adds it there"),
+            }
+        };
         if let Verdict::Accepted { .. } = verdict {
             owners.insert(tool.tool_name().to_string(), object.clone());
             config.tools.push(tool_config(tool));
@@ -237,12 +281,18 @@ fn judge(config: &ProxyConfig, tool: &McpTool, owners: &BTreeMap<String, String>
         }
     }
     let tier = alone.tools[0].effective_tier();
-    if config.policy.read_only && tier == Tier::Write {
+    // The proxy's own rule, so a tool is Accepted exactly when the proxy serves it.
+    if !config.policy.serves(&alone.tools[0]) {
         let server = config.server.name.as_str();
+        let message = if tier == Tier::Write {
+            format!("a write-tier tool is not served while McpServer {server} has readOnly: true; set spec.readOnly: false on the server to serve it")
+        } else {
+            format!("a read over POST is served by a read-only McpServer only when it sets spec.allowReadOverPost: true; McpServer {server} does not")
+        };
         return Verdict::Rejected {
             tier: Some(tier),
             reason: reason::READ_ONLY_SERVER,
-            message: format!("a write-tier tool is not served while McpServer {server} has readOnly: true; set spec.readOnly: false on the server to serve it"),
+            message,
         };
     }
     Verdict::Accepted { tier }
@@ -301,6 +351,9 @@ fn policy_json(server: &McpServer, mounts: &mut Vec<SecretMount>) -> Value {
     if let Some(roles) = &spec.roles {
         policy.insert("roles".into(), json!(roles));
     }
+    if spec.allow_read_over_post {
+        policy.insert("allowReadOverPost".into(), true.into());
+    }
     if let Some(a) = &spec.auth {
         let mut auth = Map::new();
         auth.insert("mode".into(), json!(a.mode));
@@ -330,6 +383,9 @@ fn policy_json(server: &McpServer, mounts: &mut Vec<SecretMount>) -> Value {
             }
             if !o.algorithms.is_empty() {
                 oauth.insert("algorithms".into(), json!(o.algorithms));
+            }
+            if !o.token_types.is_empty() {
+                oauth.insert("tokenTypes".into(), json!(o.token_types));
             }
             if let Some(l) = o.leeway_seconds {
                 oauth.insert("leewaySeconds".into(), l.into());
@@ -447,6 +503,70 @@ mod tests {
         assert_eq!(reason, reason::INVALID_SCHEMA);
         assert!(message.starts_with("spec.inputSchema"), "{message}");
         assert_eq!(r.verdicts["get-customer"], Verdict::Accepted { tier: Tier::Read });
+        assert_eq!(r.config.tools.len(), 1);
+    }
+
+    #[test]
+    fn a_read_over_post_is_served_read_only_only_when_the_server_allows_it() {
+        let search = McpTool::test("search").method(Method::Post).with(json!({
+            "http": {"path": "/search"}, "tier": "read", "safety": "read_only"}));
+        let r = render(&McpServer::test("shop"), std::slice::from_ref(&search));
+        assert_eq!(rejected(&r, "search").0, reason::READ_ONLY_SERVER);
+        let allowing = McpServer::test("shop").with(json!({"allowReadOverPost": true}));
+        let r = render(&allowing, &[search]);
+        assert_eq!(r.verdicts["search"], Verdict::Accepted { tier: Tier::Read });
+        assert!(r.config.policy.allow_read_over_post);
+    }
+
+    #[test]
+    fn serving_without_authentication_must_be_said() {
+        let mut s = McpServer::test("shop");
+        s.spec.auth = None;
+        let r = render(&s, &[]);
+        assert!(
+            r.problems.iter().any(|p| p.starts_with("spec.auth: required")),
+            "{:?}",
+            r.problems
+        );
+        assert!(
+            render(&McpServer::test("shop"), &[]).problems.is_empty(),
+            "mode: none is said"
+        );
+    }
+
+    #[test]
+    fn a_gateway_upstream_is_a_service_of_its_namespace_whatever_the_name_says() {
+        let gw = |name: &str| {
+            McpServer::test("shop").with(json!({"mode": "Gateway", "workloadRef": null,
+                "upstream": {"port": null, "service": {"name": name, "port": 80}}}))
+        };
+        let r = render(&gw("api"), &[]);
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
+        assert_eq!(r.config.upstream.base_url, "http://api.demo.svc:80");
+        for hostile in [
+            "127.0.0.1:38080/",
+            "169.254.169.254:80/x",
+            "vault.prod.svc.cluster.local:8200/",
+            "a@b",
+            "api.other",
+        ] {
+            let r = render(&gw(hostile), &[]);
+            assert!(
+                r.problems.iter().any(|p| p.starts_with("spec.upstream.service.name")),
+                "{hostile}: {:?}",
+                r.problems
+            );
+        }
+    }
+
+    #[test]
+    fn a_server_can_serve_only_the_tools_its_owner_lists() {
+        let s = McpServer::test("shop").with(json!({"allowedTools": ["get-customer"]}));
+        let r = render(&s, &[McpTool::test("get_customer"), McpTool::test("drop_tables")]);
+        assert_eq!(r.verdicts["get-customer"], Verdict::Accepted { tier: Tier::Read });
+        let (reason, message) = rejected(&r, "drop-tables");
+        assert_eq!(reason, reason::NOT_ALLOWED);
+        assert!(message.contains("spec.allowedTools"), "{message}");
         assert_eq!(r.config.tools.len(), 1);
     }
 

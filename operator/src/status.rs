@@ -15,6 +15,9 @@ pub mod kind {
     pub const GATEWAY_AVAILABLE: &str = "GatewayAvailable";
     /// McpTool: the tool is in its server's config.
     pub const ACCEPTED: &str = "Accepted";
+    /// A warning, present (True) only while the server serves callers without authentication
+    /// (`auth.mode: none`); it does not make the server un-Ready.
+    pub const UNAUTHENTICATED: &str = "Unauthenticated";
 }
 
 /// Reasons, used in conditions, Events and metric labels.
@@ -59,6 +62,18 @@ pub mod reason {
     pub const SIDECAR_REMOVED: &str = "SidecarRemoved";
     /// An object of the name the operator needs exists and belongs to someone else.
     pub const RESOURCE_CONFLICT: &str = "ResourceConflict";
+    /// The Deployment does not carry the opt-in annotation naming this server.
+    pub const WORKLOAD_NOT_OPTED_IN: &str = "WorkloadNotOptedIn";
+    /// `spec.image` is not in the operator's allowlist.
+    pub const IMAGE_NOT_ALLOWED: &str = "ImageNotAllowed";
+    /// A referenced Secret does not carry the label that allows mounting it.
+    pub const SECRET_NOT_ALLOWED: &str = "SecretNotAllowed";
+    /// The server is in the operator's own namespace, which is never a target.
+    pub const PROTECTED_NAMESPACE: &str = "ProtectedNamespace";
+    /// `auth.mode: none`: every caller is anonymous (with the lowest role).
+    pub const AUTH_MODE_NONE: &str = "AuthModeNone";
+    /// The tool is not in its server's `allowedTools`.
+    pub const NOT_ALLOWED: &str = "NotAllowed";
 }
 
 /// A condition for `generation`, without a transition time yet.

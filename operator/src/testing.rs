@@ -8,11 +8,12 @@ use crate::crd::*;
 
 impl McpServer {
     /// A Sidecar server named `name` in namespace `demo`, injecting into Deployment `name`,
-    /// upstream port 8080.
+    /// upstream port 8080, serving without authentication (said explicitly).
     pub fn test(name: &str) -> Self {
         let spec: McpServerSpec = serde_json::from_value(json!({
             "workloadRef": {"name": name},
-            "upstream": {"port": 8080}
+            "upstream": {"port": 8080},
+            "auth": {"mode": "none"}
         }))
         .expect("valid spec");
         let mut s = McpServer::new(name, spec);

@@ -13,53 +13,6 @@ use kube::{Api, Client};
 use serde_json::{json, Value};
 use toolgate_operator::crd::{McpServer, McpTool};
 
-const WAIT: Duration = Duration::from_secs(30);
-
-async fn get_server(c: &Client, ns: &str, name: &str) -> Value {
-    serde_json::to_value(
-        Api::<McpServer>::namespaced(c.clone(), ns)
-            .get(name)
-            .await
-            .expect("server"),
-    )
-    .unwrap()
-}
-
-async fn get_tool(c: &Client, ns: &str, name: &str) -> Value {
-    serde_json::to_value(Api::<McpTool>::namespaced(c.clone(), ns).get(name).await.expect("tool")).unwrap()
-}
-
-async fn wait_condition(
-    c: &Client,
-    ns: &str,
-    kind: &str,
-    name: &str,
-    type_: &str,
-    status: &str,
-    reason: &str,
-) -> String {
-    let what = format!("{kind} {ns}/{name} {type_}={status} ({reason})");
-    let mut last = Value::Null;
-    let found = tokio::time::timeout(WAIT, async {
-        loop {
-            let o = if kind == "McpServer" {
-                get_server(c, ns, name).await
-            } else {
-                get_tool(c, ns, name).await
-            };
-            if let Some((s, r, m)) = condition(&o, type_) {
-                if s == status && r == reason {
-                    return m;
-                }
-            }
-            last = o["status"].clone();
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
-    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; last status: {last}"))
-}
-
 async fn config_text(c: &Client, ns: &str, name: &str) -> Option<String> {
     let cm = Api::<ConfigMap>::namespaced(c.clone(), ns)
         .get_opt(&format!("{name}-toolgate"))
@@ -72,13 +25,6 @@ fn tool_names(text: &str) -> Vec<String> {
     let cfg = toolgate_config::parse_yaml(text).expect("the proxy loads the rendered config");
     cfg.validate().expect("and it validates");
     cfg.tools.iter().map(|t| t.name.clone()).collect()
-}
-
-fn api_error(e: kube::Error) -> (u16, String) {
-    match e {
-        kube::Error::Api(s) => (s.code, s.message),
-        other => panic!("expected an API error, got {other}"),
-    }
 }
 
 #[tokio::test]
@@ -223,7 +169,17 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(vols, ["data", "toolgate-config"]);
+    assert_eq!(vols, ["data", "toolgate-config", "toolgate-no-token"]);
+    // The proxy container does not see the pod's ServiceAccount token.
+    assert!(
+        init["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "toolgate-no-token"
+                && m["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount"),
+        "{init}"
+    );
 
     // The Service selects the workload's pods.
     let svc = Api::<Service>::namespaced(c.clone(), &ns)
@@ -300,9 +256,13 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
     let restored = Api::<Deployment>::namespaced(c.clone(), &ns).get("shop").await.unwrap();
     assert_eq!(serde_json::to_value(restored.spec.unwrap().template).unwrap(), original);
     let annotations = restored.metadata.annotations.unwrap_or_default();
-    assert!(
-        annotations.keys().all(|k| !k.starts_with("toolgate.dev/")),
-        "{annotations:?}"
+    assert_eq!(
+        annotations
+            .keys()
+            .filter(|k| k.starts_with("toolgate.dev/"))
+            .collect::<Vec<_>>(),
+        ["toolgate.dev/allow-mcp-server"],
+        "only the owner's opt-in is left: {annotations:?}"
     );
     assert!(Api::<ConfigMap>::namespaced(c.clone(), &ns)
         .get_opt("shop-toolgate")
@@ -456,7 +416,7 @@ async fn gateway_mode_runs_its_own_deployment_and_becomes_ready_when_available()
 }
 
 #[tokio::test]
-async fn a_missing_secret_holds_the_sidecar_until_it_exists_and_is_never_copied() {
+async fn a_missing_or_unlabelled_secret_holds_the_sidecar_until_it_may_be_mounted_and_is_never_copied() {
     let c = client().await;
     let ns = namespace(&c, "secret").await;
     let _: Deployment = apply(&c, &ns, deployment("shop")).await;
@@ -478,10 +438,30 @@ async fn a_missing_secret_holds_the_sidecar_until_it_exists_and_is_never_copied(
     assert!(m.contains("shop-keys"), "{m}");
     assert!(template(&c, &ns, "shop").await["spec"].get("initContainers").is_none());
 
+    // The Secret exists but has not opted in: still nothing is mounted.
     let secret: Secret = serde_json::from_value(json!({"metadata": {"name": "shop-keys"},
         "stringData": {"credentials.yaml": "credentials:\n- id: agent\n  key: s3cr3t-value-never-copied\n  role: viewer\n"}})).unwrap();
-    Api::<Secret>::namespaced(c.clone(), &ns)
-        .create(&PostParams::default(), &secret)
+    let secrets = Api::<Secret>::namespaced(c.clone(), &ns);
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    let m = wait_condition(
+        &c,
+        &ns,
+        "McpServer",
+        "shop",
+        "SidecarInjected",
+        "False",
+        "SecretNotAllowed",
+    )
+    .await;
+    assert!(m.contains("toolgate.dev/usage=proxy"), "{m}");
+    assert!(template(&c, &ns, "shop").await["spec"].get("initContainers").is_none());
+    // Whoever may write the Secret labels it for the proxy.
+    secrets
+        .patch(
+            "shop-keys",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"toolgate.dev/usage": "proxy"}}})),
+        )
         .await
         .unwrap();
     wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;

@@ -20,6 +20,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::crd::{McpServer, McpTool};
+use crate::guard::Guard;
 use crate::inject::{ProxyDefaults, SERVER_ANNOTATION};
 use crate::metrics::Metrics;
 use crate::objects::MANAGED_BY;
@@ -64,6 +65,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Image and other pod defaults.
     pub defaults: ProxyDefaults,
+    /// What McpServer authors may make the operator do.
+    pub guard: Guard,
     /// Every McpServer in scope.
     pub servers: Store<McpServer>,
     /// Every McpTool in scope.
@@ -103,6 +106,8 @@ pub struct RunConfig {
     pub namespace: Option<String>,
     /// Pod defaults.
     pub defaults: ProxyDefaults,
+    /// What McpServer authors may make the operator do.
+    pub guard: Guard,
     /// Reporting instance for Events (pod name).
     pub instance: Option<String>,
 }
@@ -191,6 +196,7 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), reporter),
         metrics: metrics.clone(),
         defaults: cfg.defaults.clone(),
+        guard: cfg.guard.clone(),
         servers: servers.clone(),
         tools: tools.clone(),
         deployments: deployments.clone(),

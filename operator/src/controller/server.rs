@@ -225,14 +225,36 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let current = server.status.clone().unwrap_or_default();
 
     let mut missing = Vec::new();
+    let mut refused = Vec::new();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     for m in &rendered.mounts {
-        if !missing.contains(&m.secret) && secrets.get_metadata_opt(&m.secret).await?.is_none() {
-            missing.push(m.secret.clone());
+        if missing.contains(&m.secret) || refused.contains(&m.secret) {
+            continue;
+        }
+        match secrets.get_metadata_opt(&m.secret).await? {
+            None => missing.push(m.secret.clone()),
+            Some(s) if !ctx.guard.secret_allowed(s.metadata.labels.as_ref()) => refused.push(m.secret.clone()),
+            Some(_) => {}
         }
     }
+    let image = server.spec.image.as_deref().unwrap_or(&ctx.defaults.image);
 
     let mut conditions = Vec::new();
+    if server
+        .spec
+        .auth
+        .as_ref()
+        .is_some_and(|a| a.mode == toolgate_config::AuthMode::None)
+    {
+        let message = "auth.mode is none: every caller is served as anonymous, with the lowest role; set spec.auth to require credentials";
+        conditions.push(condition(
+            kind::UNAUTHENTICATED,
+            true,
+            reason::AUTH_MODE_NONE,
+            message,
+            generation,
+        ));
+    }
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let cm_name = configmap_name(server);
     let live_cm = cms.get_opt(&cm_name).await?;
@@ -288,23 +310,40 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
 
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     let gateway_name = objects::gateway_name(server);
+    // The pods the Service selects, once the proxy runs in them.
     let mut selector = None;
-    let blocked = |type_: &str| -> Option<Condition> {
-        if !missing.is_empty() {
+    // Why the proxy may not run (first reason wins); `true`: what runs must go too (the owner
+    // of a target withdrew, or never gave, consent), `false`: what runs is kept until fixed.
+    let blocked = |type_: &str| -> Option<(Condition, bool)> {
+        let c = |r: &str, m: String| condition(type_, false, r, m, generation);
+        if ctx.guard.protects(&ns) {
+            let message = format!("namespace {ns} is the operator's own: no McpServer there is served (its ServiceAccount can read Secrets cluster-wide); move the server to the workload's namespace");
+            Some((c(reason::PROTECTED_NAMESPACE, message), true))
+        } else if !refused.is_empty() {
+            let message = format!(
+                "Secret {} may not be mounted into the proxy: whoever may write it labels it {}={} (or the operator runs with --trust-namespace-secrets)",
+                refused.join(", "),
+                crate::guard::SECRET_USAGE_LABEL,
+                crate::guard::SECRET_USAGE_PROXY
+            );
+            Some((c(reason::SECRET_NOT_ALLOWED, message), true))
+        } else if !ctx.guard.image_allowed(image, &ctx.defaults.image) {
+            let allowed = if ctx.guard.allowed_images.is_empty() {
+                crate::guard::repository(&ctx.defaults.image).to_string()
+            } else {
+                ctx.guard.allowed_images.join(", ")
+            };
+            let message = format!("spec.image {image} is not an allowed proxy image (allowed: {allowed}, any tag or digest); nothing was changed; the cluster administrator sets --allowed-proxy-images");
+            Some((c(reason::IMAGE_NOT_ALLOWED, message), false))
+        } else if !missing.is_empty() {
             let message = format!(
                 "Secret {} not found in namespace {ns}; the proxy is started once it exists",
                 missing.join(", ")
             );
-            Some(condition(type_, false, reason::SECRET_NOT_FOUND, message, generation))
+            Some((c(reason::SECRET_NOT_FOUND, message), false))
         } else if !config_ok {
-            let message = "no valid config has been rendered yet (see ConfigRendered)";
-            Some(condition(
-                type_,
-                false,
-                reason::INVALID_SERVER_CONFIG,
-                message,
-                generation,
-            ))
+            let message = "no valid config has been rendered yet (see ConfigRendered)".to_string();
+            Some((c(reason::INVALID_SERVER_CONFIG, message), false))
         } else {
             None
         }
@@ -350,12 +389,34 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                             generation,
                         )
                     }
+                    None if !crate::guard::workload_opted_in(d.metadata.annotations.as_ref(), &name) => {
+                        remove_sidecars(ctx, server, None, Some(&target)).await?;
+                        let message = format!(
+                            "Deployment {target} has not opted in: whoever may edit it adds the annotation {}: {name} to its metadata (removing it takes the sidecar out again)",
+                            crate::guard::WORKLOAD_OPT_IN
+                        );
+                        condition(
+                            kind::SIDECAR_INJECTED,
+                            false,
+                            reason::WORKLOAD_NOT_OPTED_IN,
+                            message,
+                            generation,
+                        )
+                    }
                     None => {
-                        selector = d.spec.as_ref().and_then(|s| s.selector.match_labels.clone());
+                        let pods = d.spec.as_ref().and_then(|s| s.selector.match_labels.clone());
                         match blocked(kind::SIDECAR_INJECTED) {
-                            Some(c) => c,
+                            Some((c, revoke)) => {
+                                if revoke {
+                                    remove_sidecars(ctx, server, None, Some(&target)).await?;
+                                } else if carries_sidecar_of(&d, &name) {
+                                    selector = pods;
+                                }
+                                c
+                            }
                             None => {
                                 inject_sidecar(ctx, server, &deployments, &d, &target, &rendered).await?;
+                                selector = pods;
                                 let message = format!("Deployment {target} runs {CONTAINER} as a native sidecar");
                                 condition(
                                     kind::SIDECAR_INJECTED,
@@ -373,12 +434,20 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         }
         ServerMode::Gateway => {
             remove_sidecars(ctx, server, None, None).await?;
-            selector = Some(objects::gateway_selector(server));
+            let live = deployments.get_opt(&gateway_name).await?;
+            let ours = live.as_ref().is_some_and(|d| is_owned_by(&d.metadata, server));
             let cond = match blocked(kind::GATEWAY_AVAILABLE) {
-                Some(c) => c,
+                Some((c, revoke)) => {
+                    if revoke && ours {
+                        deployments.delete(&gateway_name, &DeleteParams::background()).await?;
+                        ctx.metrics.write("Deployment", "delete");
+                    } else if ours {
+                        selector = Some(objects::gateway_selector(server));
+                    }
+                    c
+                }
                 None => {
                     let doc = objects::gateway(server, &rendered, &ctx.defaults);
-                    let live = deployments.get_opt(&gateway_name).await?;
                     if apply_owned(ctx, &deployments, &doc, live.as_ref(), server).await? == Applied::Foreign {
                         let message = foreign("Deployment", &gateway_name);
                         condition(
@@ -389,6 +458,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                             generation,
                         )
                     } else {
+                        selector = Some(objects::gateway_selector(server));
                         let available = live
                             .and_then(|d| d.status)
                             .and_then(|s| s.available_replicas)
@@ -420,23 +490,35 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         }
     }
 
+    // The Service fronts the proxy only: it exists while a proxy runs behind it.
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let svc_name = service_name(server);
     let mut service_problem = None;
+    let live_svc = services.get_opt(&svc_name).await?;
     match selector.filter(|s| !s.is_empty()) {
         Some(sel) => {
             let doc = objects::service(server, &sel);
-            let live = services.get_opt(&svc_name).await?;
-            if apply_owned(ctx, &services, &doc, live.as_ref(), server).await? == Applied::Foreign {
+            if apply_owned(ctx, &services, &doc, live_svc.as_ref(), server).await? == Applied::Foreign {
                 service_problem = Some((reason::RESOURCE_CONFLICT, foreign("Service", &svc_name)));
             }
         }
-        None if server.spec.mode == ServerMode::Sidecar && conditions.last().is_some_and(|c| c.status == "True") => {
-            let message =
-                format!("the Deployment's selector has no matchLabels, so Service {svc_name} cannot select its pods");
-            service_problem = Some((reason::UNSUPPORTED_SELECTOR, message));
+        empty => {
+            if live_svc.as_ref().is_some_and(|s| is_owned_by(&s.metadata, server)) {
+                gone(
+                    services
+                        .delete(&svc_name, &DeleteParams::background())
+                        .await
+                        .map(|_| ()),
+                )?;
+                ctx.metrics.write("Service", "delete");
+            }
+            if empty.is_some() {
+                let message = format!(
+                    "the Deployment's selector has no matchLabels, so Service {svc_name} cannot select its pods"
+                );
+                service_problem = Some((reason::UNSUPPORTED_SELECTOR, message));
+            }
         }
-        None => {}
     }
 
     let endpoint = render::endpoint(server);
@@ -456,7 +538,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             .condition(&c.type_)
             .is_none_or(|o| o.status != c.status || o.reason != c.reason);
         if changed && c.type_ != kind::READY {
-            let t = if c.status == "True" {
+            let t = if c.status == "True" && c.type_ != kind::UNAUTHENTICATED {
                 EventType::Normal
             } else {
                 EventType::Warning
@@ -507,6 +589,11 @@ fn claimed_by_other(ctx: &Context, d: &Deployment, me: &str) -> Option<String> {
         .iter()
         .any(|s| s.metadata.namespace.as_deref() == ns && s.name_any() == *other);
     exists.then(|| other.clone())
+}
+
+/// Whether `d` carries the sidecar of McpServer `server`.
+fn carries_sidecar_of(d: &Deployment, server: &str) -> bool {
+    d.annotations().get(SERVER_ANNOTATION).map(String::as_str) == Some(server) && sidecar_of(d).is_some()
 }
 
 fn sidecar_of(d: &Deployment) -> Option<&k8s_openapi::api::core::v1::Container> {

@@ -36,7 +36,9 @@ pub struct McpServerSpec {
     /// `Sidecar`: the proxy runs in `workloadRef`'s pods. `Gateway`: its own Deployment.
     #[serde(default)]
     pub mode: ServerMode,
-    /// The Deployment (same namespace) that gets the proxy as a native sidecar.
+    /// The Deployment (same namespace) that gets the proxy as a native sidecar. The
+    /// Deployment must opt in with the annotation `toolgate.dev/allow-mcp-server: <this
+    /// server's name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_ref: Option<WorkloadRef>,
     /// Where the service listens and how long calls may take.
@@ -49,16 +51,29 @@ pub struct McpServerSpec {
     #[serde(default = "default_admin_port")]
     #[x_kube(validation = kube::core::Rule::new("self >= 1 && self <= 65535").message("adminPort must be 1-65535"))]
     pub admin_port: i32,
-    /// Serve read-tier tools only (write tools are left out of the config).
+    /// Serve read-tier GET and HEAD tools only (everything else is left out of the config).
     #[serde(default = "default_true")]
     pub read_only: bool,
-    /// Which McpTools this server serves; default: the ones whose `serverRef` names it.
+    /// With `readOnly`, also serve read-tier POST tools (`safety: read_only`: a search
+    /// endpoint that takes a body). PUT, PATCH and DELETE are never read tools.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_read_over_post: bool,
+    /// Which McpTools this server serves; default: the ones whose `serverRef` names it. The
+    /// tool's author sets its labels, so a selector narrows, it does not authorize: use
+    /// `allowedTools` to decide whose tools are served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_selector: Option<LabelSelector>,
+    /// McpTool names (metadata.name) this server serves; empty: every McpTool of the namespace
+    /// that names it. Anyone who may create McpTools in the namespace can otherwise expose any
+    /// operation of the upstream (within `readOnly` and the roles).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_tools: Vec<String>,
     /// Roles, lowest first; default `[viewer, operator, admin]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roles: Option<Vec<String>>,
-    /// How callers authenticate.
+    /// How callers authenticate. Required: `mode: none` must be said to serve without
+    /// authentication (every caller is then anonymous with the lowest role, and the status
+    /// carries the `Unauthenticated` condition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<ServerAuth>,
     /// Rate limits.
@@ -79,7 +94,8 @@ pub struct McpServerSpec {
     /// Instructions sent to clients in the initialize result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
-    /// Proxy image; default the operator's `--proxy-image`.
+    /// Proxy image; default the operator's `--proxy-image`. It must be in the operator's
+    /// `--allowed-proxy-images` (by default the repository of `--proxy-image`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Image pull policy of the proxy container.
@@ -167,14 +183,17 @@ pub struct ServerUpstream {
 /// A Service and port.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct ServiceRef {
-    /// Service name.
+    /// Name of a Service in the McpServer's namespace (a DNS-1035 label); the gateway calls
+    /// `http://<name>.<namespace>.svc:<port>`.
+    #[x_kube(validation = kube::core::Rule::new("size(self) <= 63 && self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("upstream.service.name must be a Service name in this namespace (a DNS-1035 label: lower-case letters, digits and '-', starting with a letter), not a host, address or URL"))]
     pub name: String,
     /// Service port.
     #[x_kube(validation = kube::core::Rule::new("self >= 1 && self <= 65535").message("upstream.service.port must be 1-65535"))]
     pub port: i32,
 }
 
-/// One key of a Secret in the McpServer's namespace.
+/// One key of a Secret in the McpServer's namespace. The Secret must carry the label
+/// `toolgate.dev/usage: proxy` (unless the operator trusts every Secret of the namespace).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct SecretKeyRef {
     /// Secret name.
@@ -237,6 +256,10 @@ pub struct ServerOAuth {
     /// Accepted algorithms (default RS256, ES256).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub algorithms: Vec<String>,
+    /// Accepted JWT `typ` headers (default `at+jwt`, RFC 9068 access tokens; add `JWT` for an
+    /// identity provider that issues its access tokens so, `""` for tokens without `typ`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub token_types: Vec<String>,
     /// Clock leeway in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leeway_seconds: Option<u64>,

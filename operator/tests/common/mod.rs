@@ -17,6 +17,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::{json, Value};
+use toolgate_operator::crd::{McpServer, McpTool};
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -114,6 +115,17 @@ async fn client_for(kubeconfig: &Path) -> Client {
     Client::try_from(cfg).expect("client")
 }
 
+/// A client of the shared control plane acting as user `user` (the admin impersonates it), so
+/// a test sees exactly what that user's RBAC rights allow.
+pub async fn client_as(user: &str) -> Client {
+    let kc = Kubeconfig::read_from(&control_plane().kubeconfig).expect("kubeconfig");
+    let mut cfg = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    cfg.auth_info.impersonate = Some(user.to_string());
+    Client::try_from(cfg).expect("client")
+}
+
 /// An admin client of the shared control plane.
 pub async fn client() -> Client {
     client_for(&control_plane().kubeconfig).await
@@ -173,8 +185,16 @@ where
         .unwrap_or_else(|e| panic!("apply {name}: {e}"))
 }
 
-/// A plain Deployment `name` (label app=name) as a platform team would have it.
+/// A Deployment `name` (label app=name) as a platform team would have it, opted in to the
+/// sidecar of the McpServer of the same name.
 pub fn deployment(name: &str) -> Value {
+    let mut d = plain_deployment(name);
+    d["metadata"]["annotations"] = json!({"toolgate.dev/allow-mcp-server": name});
+    d
+}
+
+/// A Deployment `name` that has not opted in to any sidecar.
+pub fn plain_deployment(name: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name},
@@ -193,14 +213,14 @@ pub fn deployment(name: &str) -> Value {
 }
 
 /// The McpServer `shop`: a sidecar in Deployment `shop`, upstream port 8080, defaults otherwise.
-pub async fn apply_shop_server(client: &Client, ns: &str) -> toolgate_operator::crd::McpServer {
+pub async fn apply_shop_server(client: &Client, ns: &str) -> McpServer {
     let spec = json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}});
     apply(client, ns, server("shop", spec)).await
 }
 
 /// Deletes McpServer `name` and waits until it is gone (its finalizer ran).
 pub async fn delete_and_wait_gone(client: &Client, ns: &str, name: &str) {
-    let api: Api<toolgate_operator::crd::McpServer> = Api::namespaced(client.clone(), ns);
+    let api: Api<McpServer> = Api::namespaced(client.clone(), ns);
     api.delete(name, &kube::api::DeleteParams::default())
         .await
         .expect("delete");
@@ -212,7 +232,12 @@ pub async fn delete_and_wait_gone(client: &Client, ns: &str, name: &str) {
     .await;
 }
 
-pub fn server(name: &str, spec: Value) -> Value {
+/// An McpServer `name`; without `auth` in `spec`, it serves without authentication, said
+/// explicitly (`auth.mode: none`).
+pub fn server(name: &str, mut spec: Value) -> Value {
+    if spec.get("auth").is_none() {
+        spec["auth"] = json!({"mode": "none"});
+    }
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpServer", "metadata": {"name": name}, "spec": spec})
 }
 
@@ -491,4 +516,62 @@ pub fn restart_apiserver() {
         .status()
         .expect("run e2e/control-plane.sh");
     assert!(status.success(), "restart-apiserver failed");
+}
+
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// McpServer `name` as JSON.
+pub async fn get_server(c: &Client, ns: &str, name: &str) -> Value {
+    serde_json::to_value(
+        Api::<McpServer>::namespaced(c.clone(), ns)
+            .get(name)
+            .await
+            .expect("server"),
+    )
+    .unwrap()
+}
+
+/// McpTool `name` as JSON.
+pub async fn get_tool(c: &Client, ns: &str, name: &str) -> Value {
+    serde_json::to_value(Api::<McpTool>::namespaced(c.clone(), ns).get(name).await.expect("tool")).unwrap()
+}
+
+/// Waits until `kind` `name` has condition `type_` with `status` and `reason`; its message.
+pub async fn wait_condition(
+    c: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    let what = format!("{kind} {ns}/{name} {type_}={status} ({reason})");
+    let mut last = Value::Null;
+    let found = tokio::time::timeout(WAIT, async {
+        loop {
+            let o = if kind == "McpServer" {
+                get_server(c, ns, name).await
+            } else {
+                get_tool(c, ns, name).await
+            };
+            if let Some((s, r, m)) = condition(&o, type_) {
+                if s == status && r == reason {
+                    return m;
+                }
+            }
+            last = o["status"].clone();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("timed out waiting for {what}; last status: {last}"))
+}
+
+/// The code and message of an API error.
+pub fn api_error(e: kube::Error) -> (u16, String) {
+    match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("expected an API error, got {other}"),
+    }
 }
