@@ -35,9 +35,11 @@ pub struct AuditRecord {
     pub request_id: String,
     /// The JSON-RPC id.
     pub jsonrpc_id: Value,
-    /// The MCP session.
+    /// The MCP session (2025 revisions; none on 2026-07-28).
     pub session_id: Option<String>,
-    /// The MCP client.
+    /// The protocol version the call was served under (`null` when refused before it was known).
+    pub protocol_version: Option<&'static str>,
+    /// The MCP client (from initialize, or the request's `_meta` on 2026-07-28).
     pub client: ClientInfo,
     /// Authenticated subject (key id, JWT `sub`, `anonymous`), if authentication got that far.
     pub subject: Option<String>,

@@ -52,6 +52,10 @@ pub struct Metrics {
     pub jwks_last_success: IntGauge,
     /// `toolgate_jwks_fetch_failures_total{reason}`.
     pub jwks_fetch_failures: IntCounterVec,
+    /// `toolgate_protocol_requests_total{version}`.
+    pub protocol_requests: IntCounterVec,
+    /// `toolgate_listen_streams_open`.
+    pub listeners: IntGauge,
 }
 
 /// Reasons of `toolgate_jwks_fetch_failures_total`.
@@ -135,6 +139,12 @@ impl Metrics {
                 "Failed fetches of the OAuth signing keys from jwksUrl, by reason (timeout, transport, status, too_large, invalid); the previous keys keep being used.",
                 &["reason"],
             ),
+            protocol_requests: counter(
+                "toolgate_protocol_requests_total",
+                "MCP requests served, by the protocol version they were served under (2026-07-28, or the 2025 revision a session negotiated).",
+                &["version"],
+            ),
+            listeners: gauge("toolgate_listen_streams_open", "Open 2026-07-28 subscriptions/listen streams."),
             registry,
         };
         m.registry
@@ -154,6 +164,9 @@ impl Metrics {
         for r in JWKS_FAILURE_REASONS {
             m.jwks_fetch_failures.with_label_values(&[r]);
         }
+        for v in toolgate_config::SUPPORTED_PROTOCOL_VERSIONS {
+            m.protocol_requests.with_label_values(&[v]);
+        }
         m
     }
 
@@ -161,7 +174,7 @@ impl Metrics {
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 17] = [
+        let collectors: [&dyn Collector; 19] = [
             &self.requests,
             &self.tool_calls,
             &self.tool_duration,
@@ -179,6 +192,8 @@ impl Metrics {
             &self.upstream_in_flight,
             &self.jwks_last_success,
             &self.jwks_fetch_failures,
+            &self.protocol_requests,
+            &self.listeners,
         ];
         toolgate_telemetry::names(&collectors)
     }
@@ -186,6 +201,11 @@ impl Metrics {
     /// The text exposition.
     pub fn render(&self) -> String {
         toolgate_telemetry::render(&self.registry)
+    }
+
+    /// One request served under protocol `version` (a supported version: bounded).
+    pub fn protocol(&self, version: &'static str) {
+        self.protocol_requests.with_label_values(&[version]).inc();
     }
 
     /// One finished tools/call.
@@ -206,6 +226,8 @@ pub fn method_label(method: &str) -> &'static str {
         "ping" => "ping",
         "tools/list" => "tools/list",
         "tools/call" => "tools/call",
+        "server/discover" => "server/discover",
+        "subscriptions/listen" => "subscriptions/listen",
         _ => "other",
     }
 }
@@ -221,7 +243,10 @@ pub fn rpc_code_label(code: i64) -> &'static str {
         -32001 => "-32001",
         -32002 => "-32002",
         -32003 => "-32003",
-        -32029 => "-32029",
+        -32020 => "-32020",
+        -32022 => "-32022",
+        -31001 => "-31001",
+        -31029 => "-31029",
         _ => "other",
     }
 }

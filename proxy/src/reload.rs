@@ -61,6 +61,7 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
             let tools = rt.tools.len();
             shared.adopt(&rt);
             shared.runtime.store(Arc::new(rt));
+            shared.subscriptions.reloaded(generation);
             let m = &crate::metrics::METRICS;
             m.config_reloads.with_label_values(&["applied"]).inc();
             m.config_generation.set(i64::try_from(generation).unwrap_or(i64::MAX));

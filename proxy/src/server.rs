@@ -77,6 +77,8 @@ impl Running {
     /// Stops accepting, waits for in-flight requests (up to the grace period), then returns.
     pub async fn shutdown(self) {
         self.shared.draining.store(true, Ordering::SeqCst);
+        // Listen streams end first, with a final result, so their clients listen elsewhere.
+        self.shared.subscriptions.close_all();
         let delay = self.shared.runtime.load().config.server.shutdown_delay_seconds;
         if delay > 0 {
             tracing::info!(

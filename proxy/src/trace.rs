@@ -46,6 +46,12 @@ pub fn to_hex(bytes: &[u8]) -> String {
 }
 
 impl TraceContext {
+    /// Continues `traceparent` when it is a valid W3C value; `None` otherwise.
+    pub fn continuing(traceparent: &str) -> Option<Self> {
+        let t = Self::from_header(Some(traceparent));
+        t.parent_id.is_some().then_some(t)
+    }
+
     /// Continues `traceparent` when it is valid, else starts a new sampled trace.
     pub fn from_header(traceparent: Option<&str>) -> Self {
         let parsed = traceparent.and_then(|t| {

@@ -104,10 +104,11 @@ async fn get_is_405_and_unsupported_protocol_version_is_400() {
     hs.push(("mcp-protocol-version", "1999-01-01"));
     let (status, _, body) = h.raw("POST", &hs, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(json_of(&body)["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("MCP-Protocol-Version"));
+    let error = &json_of(&body)["error"];
+    assert!(error["message"].as_str().unwrap().contains("MCP-Protocol-Version"));
+    // The 2026-07-28 answer, which every era's client reads as "pick another version".
+    assert_eq!(error["code"], -32022);
+    assert_eq!(error["data"]["requested"], "1999-01-01");
 }
 
 #[tokio::test]

@@ -213,7 +213,7 @@ say "proxy ready; MCP endpoint $MCP_URL"
 # ---- 1. Python SDK tests ---------------------------------------------------------------------
 say "step: python-sdk (pytest tests/clients/test_python_sdk.py)"
 # shellcheck disable=SC2086
-if ! (cd "$HERE" && TOOLGATE_MCP_URL="$MCP_URL" "$VENV_PYTHON" -m pytest test_python_sdk.py \
+if ! (cd "$HERE" && TOOLGATE_MCP_URL="$MCP_URL" TOOLGATE_CONFIG_PATH="$CONFIG" "$VENV_PYTHON" -m pytest test_python_sdk.py \
     -p no:cacheprovider --timeout=60 -v -rfE ${PYTEST_ARGS:-}); then
   fail_step "python-sdk (pytest tests/clients/test_python_sdk.py)"
 fi

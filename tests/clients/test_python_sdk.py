@@ -30,11 +30,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import httpx
 import mcp_types.version as mcp_versions
 import pytest
-from mcp import ClientSession, types
+from mcp import Client, ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 pytestmark = pytest.mark.anyio  # async tests run on asyncio (fixture below); sync tests are unaffected
@@ -392,3 +394,77 @@ def test_raw_delete_ends_the_session_and_later_requests_get_404(http: httpx.Clie
 
     after = mcp.post({"jsonrpc": "2.0", "id": 99, "method": "tools/list", "params": {}})
     assert after.status_code == 404, f"request on an ended session: HTTP {after.status_code} {after.text!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 2026-07-28, the main path: the SDK's Client in mode="auto" probes server/discover and stays
+# stateless (no initialize, no Mcp-Session-Id); mode="legacy" is the handshake tested above.
+
+MODERN = "2026-07-28"
+
+
+@asynccontextmanager
+async def modern_client(mode: str = "auto") -> AsyncIterator[Client]:
+    async with Client(mcp_url(), mode=mode, read_timeout_seconds=REQUEST_TIMEOUT_S) as client:
+        yield client
+
+
+async def test_auto_mode_negotiates_2026_07_28_through_server_discover():
+    async with modern_client() as client:
+        assert client.protocol_version == MODERN, client.protocol_version
+        assert client.server_info is not None and client.server_info.name == "toolgate"
+        capabilities = wire(client.server_capabilities)
+        assert capabilities.get("tools", {}).get("listChanged") is True, capabilities
+
+
+async def test_auto_mode_lists_and_calls_tools_and_sees_the_envelope():
+    async with modern_client() as client:
+        listed = await client.list_tools()
+        names = {t.name for t in listed.tools}
+        assert EXPECTED_TOOLS <= names, f"missing {EXPECTED_TOOLS - names}"
+        assert wire(listed).get("ttlMs") is not None, wire(listed)
+        result = await client.call_tool("get_customer", {"customerId": "42"})
+        assert result.is_error is False, wire(result)
+        envelope = single_text_envelope(result)
+        assert envelope["status"] == "success" and envelope["ok"] is True, envelope
+        assert wire(result)["structuredContent"] == envelope
+
+
+async def test_auto_mode_invalid_arguments_are_a_tool_result_the_model_can_read():
+    async with modern_client() as client:
+        result = await client.call_tool("get_customer", {"customerId": {"id": "42"}})
+    assert result.is_error is True, wire(result)
+    envelope = single_text_envelope(result)
+    assert envelope["status"] == "needs_more_info", envelope
+    assert envelope["errors"][0]["field"] == "customerId", envelope
+
+
+async def test_a_listener_hears_tools_list_changed_after_a_config_edit():
+    path = os.environ.get("TOOLGATE_CONFIG_PATH", "").strip()
+    if not path:
+        pytest.fail("TOOLGATE_CONFIG_PATH is not set: tests/clients/run.sh points it at the proxy's config file")
+    original = open(path, encoding="utf-8").read()
+    marker = "description: Returns one customer's profile and balance by customer id."
+    assert marker in original, "example/proxy.yaml changed; update this test's marker"
+    async with modern_client() as client:
+        async with client.listen(tools_list_changed=True) as sub:
+            try:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(original.replace(marker, marker + " Edited while a client listens."))
+                with anyio.fail_after(15):
+                    async for event in sub:
+                        assert isinstance(event, ToolsListChanged), event
+                        break
+                listed = await client.list_tools(cache_mode="refresh")
+                (edited,) = [t for t in listed.tools if t.name == "get_customer"]
+                assert "Edited while a client listens." in (edited.description or ""), edited
+            finally:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(original)
+
+
+async def test_legacy_mode_still_speaks_a_2025_revision():
+    async with modern_client(mode="legacy") as client:
+        assert client.protocol_version in SERVER_VERSIONS, client.protocol_version
+        result = await client.call_tool("get_customer", {"customerId": "42"})
+        assert single_text_envelope(result)["status"] == "success"

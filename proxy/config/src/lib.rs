@@ -32,8 +32,13 @@ pub use template::{Segment, Template};
 pub const API_VERSION: &str = "toolgate.dev/v1alpha1";
 /// The `kind` of a proxy configuration document.
 pub const KIND: &str = "ProxyConfig";
-/// Protocol versions the proxy negotiates, newest first.
-pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The stateless revision, the main path: every request carries its version, capabilities and
+/// client info in `_meta`; no `initialize`, no session.
+pub const MODERN_PROTOCOL_VERSION: &str = "2026-07-28";
+/// The session-based revisions `initialize` negotiates, newest first.
+pub const LEGACY_PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// Every revision served on the endpoint, newest first (`server/discover`'s `supportedVersions`).
+pub const SUPPORTED_PROTOCOL_VERSIONS: [&str; 4] = [MODERN_PROTOCOL_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"];
 /// Default per-tool upstream timeout.
 pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 25_000;
 /// Hard ceiling for any tool timeout: clients give up on `tools/call` after 30 s.
@@ -125,6 +130,20 @@ pub struct ServerConfig {
     /// close, so load balancers and Service endpoints stop sending traffic first.
     #[serde(default)]
     pub shutdown_delay_seconds: u64,
+    /// 2026-07-28 `tools/list` and `server/discover` results may be cached this long by clients
+    /// (`ttlMs`); a `subscriptions/listen` stream learns of changes at once.
+    #[serde(default = "defaults::list_ttl_ms")]
+    pub list_ttl_ms: u64,
+    /// Open `subscriptions/listen` streams at most, in total.
+    #[serde(default = "defaults::max_listeners")]
+    pub max_listeners: usize,
+    /// Open `subscriptions/listen` streams at most per authenticated identity.
+    #[serde(default = "defaults::max_listeners_per_identity")]
+    pub max_listeners_per_identity: usize,
+    /// Seconds between keep-alive comments on a `subscriptions/listen` stream; the caller's
+    /// credentials are checked again at each.
+    #[serde(default = "defaults::listen_keep_alive_seconds")]
+    pub listen_keep_alive_seconds: u64,
 }
 
 impl Default for ServerConfig {
@@ -146,6 +165,10 @@ impl Default for ServerConfig {
             instructions: None,
             shutdown_grace_seconds: defaults::shutdown_grace_seconds(),
             shutdown_delay_seconds: 0,
+            list_ttl_ms: defaults::list_ttl_ms(),
+            max_listeners: defaults::max_listeners(),
+            max_listeners_per_identity: defaults::max_listeners_per_identity(),
+            listen_keep_alive_seconds: defaults::listen_keep_alive_seconds(),
         }
     }
 }
@@ -730,6 +753,22 @@ pub mod defaults {
     /// 20 s, inside Kubernetes' default 30 s termination grace period.
     pub fn shutdown_grace_seconds() -> u64 {
         20
+    }
+    /// 60 s.
+    pub fn list_ttl_ms() -> u64 {
+        60_000
+    }
+    /// 1000.
+    pub fn max_listeners() -> usize {
+        1000
+    }
+    /// 4.
+    pub fn max_listeners_per_identity() -> usize {
+        4
+    }
+    /// 15 s.
+    pub fn listen_keep_alive_seconds() -> u64 {
+        15
     }
     /// 2 s.
     pub fn connect_timeout_ms() -> u64 {

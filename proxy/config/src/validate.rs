@@ -316,6 +316,15 @@ impl ProxyConfig {
         if s.max_sessions == 0 {
             errs.push(ConfigError::new("server.maxSessions", "must be at least 1"));
         }
+        if s.listen_keep_alive_seconds == 0 || s.listen_keep_alive_seconds > 300 {
+            errs.push(ConfigError::new("server.listenKeepAliveSeconds", "must be 1-300"));
+        }
+        if s.max_listeners_per_identity > s.max_listeners {
+            errs.push(ConfigError::new(
+                "server.maxListenersPerIdentity",
+                "must not exceed server.maxListeners",
+            ));
+        }
         if s.page_size == 0 || s.page_size > 1000 {
             errs.push(ConfigError::new("server.pageSize", "must be between 1 and 1000"));
         }

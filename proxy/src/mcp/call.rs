@@ -9,10 +9,9 @@ use http::{HeaderName, HeaderValue};
 use serde_json::{json, Map, Value};
 use toolgate_config::Tier;
 
-use super::{code, finish, invalid_arguments, rate_limited, Caller, Reply, Shared};
+use super::{code, finish, invalid_arguments, rate_limited, Caller, Peer, Reply, Shared};
 use crate::audit::{self, AuditRecord, Auditor, ClientInfo};
 use crate::envelope::{ErrorEntry, Outcome};
-use crate::mcp::session::Session;
 use crate::metrics;
 use crate::otel;
 use crate::policy::{authorize, Denied};
@@ -43,6 +42,7 @@ impl CallAudit {
             request_id: String::new(),
             jsonrpc_id: id.clone(),
             session_id: None,
+            protocol_version: None,
             client: ClientInfo::default(),
             subject: None,
             role: None,
@@ -110,13 +110,11 @@ impl CallAudit {
         }
     }
 
-    pub(crate) fn set_session(&mut self, s: &Session) {
+    pub(crate) fn set_peer(&mut self, p: &Peer) {
         if let Some(r) = self.rec.as_mut() {
-            r.session_id = Some(s.id.to_string());
-            r.client = ClientInfo {
-                name: s.client_name.clone(),
-                version: s.client_version.clone(),
-            };
+            r.session_id = p.session.map(|s| s.id.to_string());
+            r.client = p.client.clone();
+            r.protocol_version = Some(p.version);
         }
     }
 
@@ -207,7 +205,7 @@ fn header_value(s: &str) -> Option<HeaderValue> {
 pub(crate) async fn tools_call(
     shared: &Shared,
     rt: &Arc<Runtime>,
-    session: &Session,
+    peer: &Peer<'_>,
     caller: &Caller,
     id: &Value,
     params: Option<&Value>,
@@ -237,7 +235,7 @@ pub(crate) async fn tools_call(
         // The role is too low. A tool this session was never shown is answered like an
         // unknown one (no existence leak); one it was shown (its role was lowered since, or it
         // listed tools under a higher role) gets a clear forbidden error.
-        Err(d) if !session.was_shown_rank(required_rank(rt, &tool.config)) => {
+        Err(d) if !peer.was_shown_rank(required_rank(rt, &tool.config)) => {
             audit.finish("denied", d.reason(), None);
             return unknown_tool(name);
         }
@@ -311,7 +309,7 @@ pub(crate) async fn tools_call(
     };
     if !problems.is_empty() {
         audit.finish("invalid", "invalid_arguments", None);
-        return invalid_arguments(tool, session, problems, started);
+        return invalid_arguments(tool, peer.version, problems, started);
     }
     let Value::Object(arg_map) = args else {
         unreachable!("checked above")
@@ -335,7 +333,11 @@ pub(crate) async fn tools_call(
             .map(|v| (pv.agent.clone(), v)),
     );
     extra.extend(header_value(name).map(|v| (pv.tool.clone(), v)));
-    extra.extend(header_value(&session.id).map(|v| (pv.session.clone(), v)));
+    extra.extend(
+        peer.session
+            .and_then(|s| header_value(&s.id))
+            .map(|v| (pv.session.clone(), v)),
+    );
     extra.extend(header_value(&caller.request_id).map(|v| (HeaderName::from_static("x-request-id"), v)));
     if let Some((h, v)) = &rt.upstream_credential {
         extra.push((h.clone(), v.clone()));
@@ -344,7 +346,7 @@ pub(crate) async fn tools_call(
         Ok(r) => r,
         Err(problem) => {
             audit.finish("invalid", "invalid_arguments", None);
-            return invalid_arguments(tool, session, vec![problem], started);
+            return invalid_arguments(tool, peer.version, vec![problem], started);
         }
     };
     // The upstream call runs in its own task: if the client goes away mid-call, the action still
@@ -354,7 +356,11 @@ pub(crate) async fn tools_call(
     let trace_id = caller.trace.trace_id_hex();
     let trace = caller.trace;
     let rpc_id = id.to_string();
-    let mut call = FinishOnDrop::new(async move {
+    // A 2026-07-28 client that closes the response stream cancels the request. A read is then
+    // aborted (nothing happened upstream that matters); a write may already have had its effect,
+    // so it runs to its end and its record says how it went. 2025 clients' calls always finish.
+    let finish_if_dropped = peer.session.is_some() || tool.tier == Tier::Write;
+    let mut call = FinishOnDrop::new(finish_if_dropped, async move {
         let _guard = guard;
         let tool = &rt_call.tools[index];
         let sent = Instant::now();
@@ -429,24 +435,32 @@ async fn validate_bounded(
 
 /// A future that is driven in place, and if it is dropped before it finished (the client went
 /// away), is handed to the runtime to finish: no per-call task spawn on the normal path.
-struct FinishOnDrop<T: Send + 'static>(Option<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>);
+/// With `finish` false, a dropped call is dropped with it (its audit record then says
+/// `cancelled`, `client_gone`).
+struct FinishOnDrop<T: Send + 'static> {
+    finish: bool,
+    future: Option<std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>>,
+}
 
 impl<T: Send + 'static> FinishOnDrop<T> {
-    fn new(f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
-        Self(Some(Box::pin(f)))
+    fn new(finish: bool, f: impl std::future::Future<Output = T> + Send + 'static) -> Self {
+        Self {
+            finish,
+            future: Some(Box::pin(f)),
+        }
     }
 
     async fn run(&mut self) -> T {
-        let f = self.0.as_mut().expect("run is called once");
+        let f = self.future.as_mut().expect("run is called once");
         let out = f.await;
-        self.0 = None;
+        self.future = None;
         out
     }
 }
 
 impl<T: Send + 'static> Drop for FinishOnDrop<T> {
     fn drop(&mut self) {
-        if let Some(f) = self.0.take() {
+        if let Some(f) = self.future.take().filter(|_| self.finish) {
             tokio::spawn(async move {
                 let _ = f.await;
             });

@@ -2,9 +2,13 @@
 //! sessions, version negotiation, Origin checks and the `tools/*` methods.
 
 pub mod args;
+pub mod body;
 pub mod call;
+mod legacy;
+pub mod modern;
 pub mod peek;
 pub mod session;
+pub mod subscriptions;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +19,6 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
-use http_body_util::Full;
 use serde_json::{json, Value};
 use toolgate_config::{BusinessStatus, SUPPORTED_PROTOCOL_VERSIONS};
 
@@ -30,15 +33,12 @@ use crate::trace::TraceContext;
 use call::CallAudit;
 use session::{Session, Sessions};
 
-/// Response body type of every endpoint.
-pub type Body = Full<Bytes>;
+pub use body::Body;
 
 /// `Mcp-Session-Id`.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 /// `MCP-Protocol-Version`.
 pub const VERSION_HEADER: &str = "mcp-protocol-version";
-/// The newest protocol version, offered when the client asks for one we do not speak.
-pub const LATEST_VERSION: &str = SUPPORTED_PROTOCOL_VERSIONS[0];
 /// The first version whose invalid-argument errors are tool results (SEP-1303).
 const TOOL_ERROR_VERSION: &str = "2025-11-25";
 
@@ -56,10 +56,12 @@ pub mod code {
     pub const INTERNAL_ERROR: i64 = -32603;
     /// Unknown or expired session.
     pub const SESSION_NOT_FOUND: i64 = -32001;
-    /// Authentication required or refused (with HTTP 401/403).
-    pub const UNAUTHORIZED: i64 = -32002;
+    /// Authentication required or refused (with HTTP 401/403). Outside -32768..-32000, which
+    /// JSON-RPC and MCP reserve (2026-07-28 forbids undefined codes in -32020..-32099 and retired
+    /// -32002).
+    pub const UNAUTHORIZED: i64 = -31001;
     /// Over a rate limit (with HTTP 429 and `Retry-After`).
-    pub const RATE_LIMITED: i64 = -32029;
+    pub const RATE_LIMITED: i64 = -31029;
 }
 
 /// State shared by every connection.
@@ -78,6 +80,8 @@ pub struct Shared {
     pub in_flight: Arc<InFlight>,
     /// Slots for validating large argument objects off the runtime's workers (one per CPU).
     pub validation_slots: Arc<tokio::sync::Semaphore>,
+    /// Open `subscriptions/listen` streams, woken by reloads and ended on drain.
+    pub subscriptions: subscriptions::Subscriptions,
 }
 
 /// A count of running upstream calls, waited for on shutdown.
@@ -154,6 +158,7 @@ impl Shared {
             validation_slots: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(1, usize::from),
             )),
+            subscriptions: subscriptions::Subscriptions::default(),
         }
     }
 
@@ -169,7 +174,7 @@ impl Shared {
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::from(serde_json::to_vec(body).unwrap_or_default())));
+    let mut resp = Response::new(Body::new(Bytes::from(serde_json::to_vec(body).unwrap_or_default())));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -200,7 +205,7 @@ fn rpc_error(
 struct RpcCode(i64);
 
 fn empty(status: StatusCode) -> Response<Body> {
-    let mut resp = Response::new(Full::new(Bytes::new()));
+    let mut resp = Response::new(Body::empty());
     *resp.status_mut() = status;
     resp
 }
@@ -241,7 +246,7 @@ impl Reply {
                 body.push_str(r#","result":"#);
                 body.push_str(&result);
                 body.push('}');
-                let mut resp = Response::new(Full::new(Bytes::from(body)));
+                let mut resp = Response::new(Body::new(Bytes::from(body)));
                 resp.headers_mut()
                     .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 resp
@@ -263,6 +268,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
             rpc_id: None,
             tool: None,
             session: header_str(req.headers(), SESSION_HEADER).map(|s| s.chars().take(128).collect()),
+            version: None,
         },
         done: false,
     };
@@ -332,6 +338,8 @@ pub(crate) struct RequestInfo {
     rpc_id: Option<String>,
     tool: Option<String>,
     session: Option<String>,
+    /// The protocol version the request was served under, once known.
+    pub(crate) version: Option<&'static str>,
 }
 
 /// The request's span, following the OpenTelemetry MCP conventions where they exist.
@@ -362,6 +370,9 @@ fn server_span(
     }
     if let Some(sid) = &info.session {
         attributes.push(("mcp.session.id", json!(sid)));
+    }
+    if let Some(v) = info.version {
+        attributes.push(("mcp.protocol.version", json!(v)));
     }
     if let Some(c) = rpc_code {
         attributes.push(("rpc.jsonrpc.error_code", json!(c)));
@@ -426,7 +437,7 @@ async fn serve(
         Method::POST => post(&shared, &rt, req, peer, info).await,
         Method::DELETE => {
             info.method = "DELETE";
-            delete(&shared, &rt, req, peer, info.trace).await
+            legacy::delete(&shared, &rt, req, peer, info.trace).await
         }
         Method::OPTIONS if origin.is_some() => preflight(),
         _ => {
@@ -660,46 +671,6 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 const REFUSED_PEEK_BYTES: usize = 64 * 1024;
 const REFUSED_PEEK_TIMEOUT: Duration = Duration::from_secs(2);
 
-async fn delete(
-    shared: &Shared,
-    rt: &Runtime,
-    req: Request<hyper::body::Incoming>,
-    peer: SocketAddr,
-    trace: TraceContext,
-) -> Response<Body> {
-    let (parts, _) = req.into_parts();
-    let ip = client_ip(rt, &parts, peer);
-    if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
-        return rate_limited(None, "ip", retry);
-    }
-    let caller = match gate(rt, &parts, peer, ip, None, trace).await {
-        Ok(c) => c,
-        Err(r) => return r.response,
-    };
-    let ttl = Duration::from_secs(rt.config.server.session_ttl_seconds);
-    match header_str(&parts.headers, SESSION_HEADER) {
-        None => rpc_error(
-            StatusCode::BAD_REQUEST,
-            None,
-            code::INVALID_REQUEST,
-            "Bad Request: Mcp-Session-Id header is required",
-            None,
-        ),
-        Some(id) => match shared.sessions.get(id, ttl) {
-            Some(s) if s.subject == caller.identity.subject && shared.sessions.remove(id) => {
-                empty(StatusCode::NO_CONTENT)
-            }
-            _ => rpc_error(
-                StatusCode::NOT_FOUND,
-                None,
-                code::SESSION_NOT_FOUND,
-                "Session not found",
-                None,
-            ),
-        },
-    }
-}
-
 /// The refusal of a body that did not arrive whole, and its audit reason.
 fn body_refusal(end: peek::BodyEnd, limit: u64) -> (Response<Body>, &'static str) {
     match end {
@@ -850,16 +821,10 @@ fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Response<Body>, &'
     }
     if let Some(v) = headers.get(VERSION_HEADER) {
         if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
-            let r = rpc_error(
-                StatusCode::BAD_REQUEST,
-                None,
-                code::INVALID_REQUEST,
-                format!(
-                    "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
-                    SUPPORTED_PROTOCOL_VERSIONS.join(", ")
-                ),
-                None,
-            );
+            // The 2026-07-28 answer (400, -32022 naming the versions served), which every era's
+            // client understands as "pick another version".
+            let rej = *modern::unsupported_version(&String::from_utf8_lossy(v.as_bytes()));
+            let r = rpc_error(rej.status, None, rej.code, rej.message, rej.data);
             return Some((r, "unsupported_protocol_version"));
         }
     }
@@ -873,7 +838,7 @@ fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Response<Body>, &'
 }
 
 async fn post(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     rt: &Arc<Runtime>,
     req: Request<hyper::body::Incoming>,
     peer: SocketAddr,
@@ -942,13 +907,7 @@ async fn post(
     if let Some(a) = audit.as_mut() {
         a.set_ip(ip);
     }
-    let refuse = |audit: Option<CallAudit>, reason: &'static str, resp: Response<Body>| {
-        if let Some(mut a) = audit {
-            a.set_arguments(params, false);
-            a.finish("invalid", reason, None);
-        }
-        resp
-    };
+    let refuse = |audit, reason, resp| refuse_call(audit, params, reason, resp);
     let valid_id = matches!(id, None | Some(Value::String(_)) | Some(Value::Number(_)));
     let reply_id = id.filter(|_| valid_id);
     if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
@@ -1000,6 +959,26 @@ async fn post(
         }
     };
 
+    // A 2026-07-28 request is checked against its own headers before anything else decides on
+    // it; its `_meta` trace context continues the client's trace.
+    let modern = if modern::is_modern(headers, &msg) {
+        match modern::validate(headers, &msg) {
+            Ok(m) => {
+                if let Some((t, _)) = &m.trace {
+                    info.trace = *t;
+                }
+                info.session = None;
+                Some(m)
+            }
+            Err(rej) => {
+                let rej = *rej;
+                let r = rpc_error(rej.status, reply_id, rej.code, rej.message, rej.data);
+                return refuse(audit, rej.reason, r);
+            }
+        }
+    } else {
+        None
+    };
     let mut caller = match gate(rt, &parts, peer, ip, reply_id, info.trace).await {
         Ok(c) => c,
         Err(r) => {
@@ -1011,6 +990,10 @@ async fn post(
         }
     };
     caller.body_bytes = body.len();
+    // A `_meta` trace context replaces the header's, `tracestate` included (it belongs to it).
+    if let Some((_, state)) = modern.as_ref().and_then(|m| m.trace.as_ref()) {
+        caller.tracestate = state.clone();
+    }
     if let Some(a) = audit.as_mut() {
         a.set_caller(&caller);
         a.set_arguments(params, true);
@@ -1025,116 +1008,142 @@ async fn post(
             None => empty(StatusCode::ACCEPTED),
         };
     }
-
-    if method == Some("initialize") {
-        let Some(id) = id else {
-            return empty(StatusCode::ACCEPTED);
-        };
-        return initialize(shared, rt, &caller, id, params);
+    let request = Incoming {
+        headers,
+        method,
+        id,
+        params,
+        audit,
+    };
+    match modern {
+        Some(m) => serve_modern(shared, rt, &caller, m, request, info).await,
+        None => legacy::serve(shared, rt, &caller, request, info).await,
     }
-
-    let ttl = Duration::from_secs(server.session_ttl_seconds);
-    let session = match header_str(headers, SESSION_HEADER) {
-        None => Err((
-            StatusCode::BAD_REQUEST,
-            code::INVALID_REQUEST,
-            "Bad Request: Mcp-Session-Id header is required (send initialize first)",
-            "missing_session",
-        )),
-        // A session belongs to the subject that opened it; to anyone else it does not exist.
-        Some(sid) => shared
-            .sessions
-            .get(sid, ttl)
-            .filter(|s| s.subject == caller.identity.subject)
-            .ok_or((
-                StatusCode::NOT_FOUND,
-                code::SESSION_NOT_FOUND,
-                "Session not found or expired: send initialize again",
-                "unknown_session",
-            )),
-    };
-    let session = match session {
-        Ok(s) => s,
-        Err((status, code, message, reason)) => {
-            return refuse(audit, reason, rpc_error(status, reply_id, code, message, None))
-        }
-    };
-    // A supported MCP-Protocol-Version that differs from the negotiated one is tolerated (the
-    // specification refuses only invalid or unsupported ones, and the conformance suite sends
-    // such requests); the session's negotiated version decides the error semantics.
-
-    // Responses and notifications: accepted, nothing to answer.
-    let (Some(method), Some(id)) = (method, id) else {
-        if method == Some("notifications/initialized") {
-            session.initialized.store(true, Ordering::Relaxed);
-        }
-        return empty(StatusCode::ACCEPTED);
-    };
-    let reply = match method {
-        "ping" => Reply::Result(json!({})),
-        "tools/list" => tools_list(rt, &session, &caller.identity, params),
-        "tools/call" => match audit {
-            Some(mut a) => {
-                a.set_session(&session);
-                call::tools_call(shared, rt, &session, &caller, id, params, a).await
-            }
-            None => Reply::error(code::INTERNAL_ERROR, "Internal error"),
-        },
-        _ => Reply::error(code::METHOD_NOT_FOUND, format!("Method not found: `{method}`")),
-    };
-    reply.into_response(id)
 }
 
-fn initialize(shared: &Shared, rt: &Runtime, caller: &Caller, id: &Value, params: Option<&Value>) -> Response<Body> {
-    let server = &rt.config.server;
-    let Some(requested) = params.and_then(|p| p.get("protocolVersion")).and_then(Value::as_str) else {
-        return Reply::error(code::INVALID_PARAMS, "Invalid params: `protocolVersion` is required").into_response(id);
-    };
-    let version = SUPPORTED_PROTOCOL_VERSIONS
-        .iter()
-        .copied()
-        .find(|v| *v == requested)
-        .unwrap_or(LATEST_VERSION);
-    let info = params.and_then(|p| p.get("clientInfo"));
-    let field = |k: &str| {
-        info.and_then(|i| i.get(k))
-            .and_then(Value::as_str)
-            .map(|s| s.chars().take(128).collect::<String>())
-    };
-    let session = shared.sessions.create(
-        version,
-        field("name"),
-        field("version"),
-        caller.identity.subject.clone(),
-        Duration::from_secs(server.session_ttl_seconds),
-        server.max_sessions,
-    );
-    let mut result = json!({
-        "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
-        "serverInfo": {"name": server.name, "title": "Toolgate", "version": env!("CARGO_PKG_VERSION")},
-    });
-    if let Some(i) = &server.instructions {
-        result["instructions"] = json!(i);
-    }
-    tracing::debug!(version, client = ?session.client_name, subject = %caller.identity.subject, "session started");
-    let mut resp = Reply::Result(result).into_response(id);
-    if let Ok(v) = HeaderValue::from_str(&session.id) {
-        resp.headers_mut().insert(SESSION_HEADER, v);
+/// Answers a request refused before its method ran with `resp`; a `tools/call` among them
+/// leaves its audit record (decision `invalid`, `reason`).
+pub(crate) fn refuse_call(
+    audit: Option<CallAudit>,
+    params: Option<&Value>,
+    reason: &'static str,
+    resp: Response<Body>,
+) -> Response<Body> {
+    if let Some(mut a) = audit {
+        a.set_arguments(params, false);
+        a.finish("invalid", reason, None);
     }
     resp
 }
 
+/// A parsed JSON-RPC message, authenticated, on its way to a method.
+pub(crate) struct Incoming<'a> {
+    pub headers: &'a HeaderMap,
+    /// `None` for a response the client sent.
+    pub method: Option<&'a str>,
+    /// `None` for a notification.
+    pub id: Option<&'a Value>,
+    pub params: Option<&'a Value>,
+    /// The record of a `tools/call`.
+    pub audit: Option<CallAudit>,
+}
+
+/// Who is on the other end, as far as the methods both eras share need to know.
+pub(crate) struct Peer<'a> {
+    /// The protocol version the request is served under.
+    pub version: &'static str,
+    /// The 2025-era session (none on 2026-07-28).
+    pub session: Option<&'a Session>,
+    /// `clientInfo`, from the session's initialize or the request's `_meta`.
+    pub client: crate::audit::ClientInfo,
+}
+
+impl Peer<'_> {
+    /// Whether this caller was shown the tools of role rank `rank` (only a session remembers;
+    /// a stateless caller never was, so a tool above its role stays hidden).
+    pub fn was_shown_rank(&self, rank: usize) -> bool {
+        self.session.is_some_and(|s| s.was_shown_rank(rank))
+    }
+}
+
+/// The 2026-07-28 methods. Results are completed with `resultType` and the server's identity;
+/// methods this revision removed (`initialize`, `ping`, `logging/setLevel`) or this server does
+/// not offer are 404 with -32601, as the transport requires.
+async fn serve_modern(
+    shared: &Arc<Shared>,
+    rt: &Arc<Runtime>,
+    caller: &Caller,
+    m: modern::Modern,
+    req: Incoming<'_>,
+    info: &mut RequestInfo,
+) -> Response<Body> {
+    metrics::METRICS.protocol(m.version);
+    info.version = Some(m.version);
+    // Notifications (cancellation is closing the stream) and responses: nothing to answer.
+    let (Some(method), Some(id)) = (req.method, req.id) else {
+        return empty(StatusCode::ACCEPTED);
+    };
+    let peer = Peer {
+        version: m.version,
+        session: None,
+        client: m.client,
+    };
+    let mut reply = match method {
+        "server/discover" => Reply::Result(modern::discover(rt)),
+        "tools/list" => tools_list(rt, &peer, &caller.identity, req.params),
+        "tools/call" => match req.audit {
+            Some(mut a) => {
+                a.set_peer(&peer);
+                call::tools_call(shared, rt, &peer, caller, id, req.params, a).await
+            }
+            None => Reply::error(code::INTERNAL_ERROR, "Internal error"),
+        },
+        "subscriptions/listen" => {
+            if shared.draining.load(Ordering::Relaxed) {
+                return rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some(id),
+                    code::INTERNAL_ERROR,
+                    "Service Unavailable: this replica is shutting down; listen again",
+                    None,
+                );
+            }
+            return subscriptions::listen(shared, rt, caller, req.headers, id, req.params);
+        }
+        _ => {
+            info.method_name = None;
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                Some(id),
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "Method not found: `{}` is not a {} method this server offers",
+                    method.chars().take(64).collect::<String>(),
+                    m.version
+                ),
+                None,
+            );
+        }
+    };
+    match &mut reply {
+        Reply::Result(v) => modern::complete(v, rt),
+        Reply::RawResult(raw) => *raw = modern::complete_raw(raw, rt),
+        Reply::Http(_) | Reply::Error { .. } => {}
+    }
+    reply.into_response(id)
+}
 /// The tools `who` may call, in config order.
-fn visible<'a>(rt: &'a Runtime, who: &'a Identity) -> impl Iterator<Item = &'a CompiledTool> {
+pub(crate) fn visible<'a>(rt: &'a Runtime, who: &'a Identity) -> impl Iterator<Item = &'a CompiledTool> {
     let p = &rt.config.policy;
     rt.tools
         .iter()
         .filter(move |t| crate::policy::authorize(p, who, &t.config).is_ok())
 }
 
-fn tools_list(rt: &Runtime, session: &Session, who: &Identity, params: Option<&Value>) -> Reply {
-    session.saw_tools_at_rank(who.rank);
+fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Option<&Value>) -> Reply {
+    if let Some(s) = peer.session {
+        s.saw_tools_at_rank(who.rank);
+    }
     let page = rt.config.server.page_size;
     let tools: Vec<&CompiledTool> = visible(rt, who).collect();
     let start = match params.and_then(|p| p.get("cursor")) {
@@ -1156,6 +1165,13 @@ fn tools_list(rt: &Runtime, session: &Session, who: &Identity, params: Option<&V
     if end < tools.len() {
         result["nextCursor"] = json!(format!("tg:{end}"));
     }
+    if peer.session.is_none() {
+        // Every page carries the same hint. The list is the same for every caller only when
+        // nobody authenticates (all are anonymous); otherwise it depends on who asks.
+        result["ttlMs"] = json!(rt.config.server.list_ttl_ms);
+        let public = rt.config.policy.auth.mode == toolgate_config::AuthMode::None;
+        result["cacheScope"] = json!(if public { "public" } else { "private" });
+    }
     Reply::Result(result)
 }
 
@@ -1167,8 +1183,8 @@ fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {
 
 /// Invalid arguments: a JSON-RPC -32602 up to 2025-06-18, a `needs_more_info` tool result from
 /// 2025-11-25 on (SEP-1303), so the model sees the errors and can correct itself.
-fn invalid_arguments(tool: &CompiledTool, session: &Session, problems: Vec<ErrorEntry>, started: Instant) -> Reply {
-    if session.version >= TOOL_ERROR_VERSION {
+fn invalid_arguments(tool: &CompiledTool, version: &str, problems: Vec<ErrorEntry>, started: Instant) -> Reply {
+    if version >= TOOL_ERROR_VERSION {
         let outcome = Outcome {
             status: BusinessStatus::NeedsMoreInfo,
             data: None,

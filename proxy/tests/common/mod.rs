@@ -278,3 +278,78 @@ pub fn base_headers() -> Vec<(&'static str, &'static str)> {
         ("accept", "application/json, text/event-stream"),
     ]
 }
+
+/// A 2026-07-28 client: no session; every request carries its `_meta` and the headers that
+/// mirror it.
+pub struct Modern {
+    pub http: Client<HttpConnector, Full<Bytes>>,
+    pub url: String,
+    /// Headers sent with every request (credentials).
+    pub auth: Vec<(String, String)>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// The `_meta` a 2026-07-28 client sends.
+pub fn modern_meta() -> Value {
+    json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientCapabilities": {},
+           "io.modelcontextprotocol/clientInfo": {"name": "harness-modern", "version": "2"}})
+}
+
+impl Modern {
+    pub fn new(http: Client<HttpConnector, Full<Bytes>>, url: String, auth: &[(&str, &str)]) -> Self {
+        Self {
+            http,
+            url,
+            auth: auth.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            next_id: 1.into(),
+        }
+    }
+
+    /// Sends `method` with `params` (plus `_meta`) and the matching headers, with `extra`
+    /// headers appended; returns status, headers and the JSON body.
+    pub async fn send(
+        &self,
+        method: &str,
+        mut params: Value,
+        extra: &[(&str, &str)],
+    ) -> (StatusCode, http::HeaderMap, Value) {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if params.get("_meta").is_none() {
+            params["_meta"] = modern_meta();
+        }
+        let name = params.get("name").and_then(Value::as_str).map(str::to_string);
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let mut h = base_headers();
+        h.push(("mcp-protocol-version", "2026-07-28"));
+        h.push(("mcp-method", method));
+        if let Some(n) = name.as_deref() {
+            h.push(("mcp-name", n));
+        }
+        h.extend(self.auth.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        h.extend_from_slice(extra);
+        let (status, headers, body) = send(&self.http, "POST", &self.url, &h, Bytes::from(msg.to_string())).await;
+        (status, headers, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+
+    /// A request that must succeed: its `result`.
+    pub async fn result(&self, method: &str, params: Value) -> Value {
+        let (status, _, body) = self.send(method, params, &[]).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(body["result"].is_object(), "{body}");
+        body["result"].clone()
+    }
+
+    /// Calls a tool; returns (envelope, isError) after checking the one-text-block rule.
+    pub async fn envelope(&self, tool: &str, args: Value) -> (Value, bool) {
+        let result = self
+            .result("tools/call", json!({"name": tool, "arguments": args}))
+            .await;
+        assert_eq!(result["resultType"], "complete", "{result}");
+        let content = result["content"].as_array().unwrap();
+        assert_eq!(content.len(), 1, "exactly one content block");
+        let env: Value = serde_json::from_str(content[0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(result["structuredContent"], env);
+        (env, result["isError"].as_bool().unwrap())
+    }
+}
