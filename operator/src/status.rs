@@ -72,6 +72,10 @@ pub mod reason {
     pub const PROTECTED_NAMESPACE: &str = "ProtectedNamespace";
     /// `auth.mode: none`: every caller is anonymous (with the lowest role).
     pub const AUTH_MODE_NONE: &str = "AuthModeNone";
+    /// Gateway mode: `upstream.service.name` names no Service.
+    pub const UPSTREAM_NOT_FOUND: &str = "UpstreamNotFound";
+    /// Gateway mode: the Service does not carry the opt-in annotation naming this server.
+    pub const UPSTREAM_NOT_OPTED_IN: &str = "UpstreamNotOptedIn";
     /// The tool is not in its server's `allowedTools`.
     pub const NOT_ALLOWED: &str = "NotAllowed";
 }

@@ -360,6 +360,7 @@ async fn a_restarted_operator_converges_and_then_writes_nothing() {
 async fn gateway_mode_runs_its_own_deployment_and_becomes_ready_when_available() {
     let c = client().await;
     let ns = namespace(&c, "gateway").await;
+    let _: Service = apply(&c, &ns, upstream_service("shop-api", Some("shop"))).await;
     let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
     let _: McpServer = apply(
         &c,
@@ -749,4 +750,24 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+#[tokio::test]
+async fn a_deployment_selecting_by_expressions_only_gets_its_sidecar_but_no_service_and_is_not_ready() {
+    let c = client().await;
+    let ns = namespace(&c, "selector").await;
+    let mut d = deployment("shop");
+    d["spec"]["selector"] = json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["shop"]}]});
+    let _: Deployment = apply(&c, &ns, d).await;
+    apply_shop_server(&c, &ns).await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    let m = wait_condition(&c, &ns, "McpServer", "shop", "Ready", "False", "UnsupportedSelector").await;
+    assert!(m.contains("matchLabels"), "{m}");
+    let s = get_server(&c, &ns, "shop").await;
+    assert_eq!(condition(&s, "SidecarInjected").unwrap().0, "True");
+    assert!(Api::<Service>::namespaced(c.clone(), &ns)
+        .get_opt("shop-mcp")
+        .await
+        .unwrap()
+        .is_none());
 }

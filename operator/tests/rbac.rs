@@ -181,7 +181,31 @@ async fn an_mcp_author_gets_no_sidecar_image_secret_or_upstream_the_owners_did_n
         assert_eq!(code, 422, "{hostile}: {message}");
         assert!(message.contains("DNS-1035"), "{hostile}: {message}");
     }
-    // A gateway with an image outside the allowlist creates no Deployment.
+    // A gateway in front of a Service that has not opted in creates no Deployment.
+    let _: Service = apply(&admin, &ns, upstream_service("payments-api", None)).await;
+    let _: McpServer = apply(
+        &alice,
+        &ns,
+        server(
+            "gw-payments",
+            json!({"mode": "Gateway", "upstream": {"service": {"name": "payments-api", "port": 80}}}),
+        ),
+    )
+    .await;
+    let m = wait_condition(
+        &alice,
+        &ns,
+        "McpServer",
+        "gw-payments",
+        "GatewayAvailable",
+        "False",
+        "UpstreamNotOptedIn",
+    )
+    .await;
+    assert!(m.contains("toolgate.dev/allow-mcp-server: gw-payments"), "{m}");
+    // A gateway with an image outside the allowlist creates no Deployment, even in front of a
+    // Service that agreed.
+    let _: Service = apply(&admin, &ns, upstream_service("api", Some("gw"))).await;
     let _: McpServer = apply(
         &alice,
         &ns,
@@ -253,17 +277,19 @@ async fn an_mcp_author_gets_no_sidecar_image_secret_or_upstream_the_owners_did_n
     for d in ["img", "sec"] {
         assert!(pod_spec(&admin, &ns, d).await.get("initContainers").is_none(), "{d}");
     }
-    for svc in ["payments-mcp", "img-mcp", "sec-mcp", "gw-mcp"] {
+    for svc in ["payments-mcp", "img-mcp", "sec-mcp", "gw-mcp", "gw-payments-mcp"] {
         assert!(
             !service_exists(&admin, &ns, svc).await,
             "{svc} exists without a proxy behind it"
         );
     }
-    assert!(Api::<Deployment>::namespaced(admin.clone(), &ns)
-        .get_opt("gw-gateway")
-        .await
-        .unwrap()
-        .is_none());
+    for gw in ["gw-gateway", "gw-payments-gateway"] {
+        assert!(Api::<Deployment>::namespaced(admin.clone(), &ns)
+            .get_opt(gw)
+            .await
+            .unwrap()
+            .is_none());
+    }
 
     // The owner withdraws the opt-in: the sidecar and the Service go.
     Api::<Deployment>::namespaced(admin.clone(), &ns)

@@ -152,12 +152,12 @@ fn main() {
     assert!(tool.input.is_valid(&args));
 
     bench("validate 1 KiB arguments (valid)", 200_000, || {
-        black_box(toolgate_proxy::mcp::args::validate(&tool.input, black_box(&args)));
+        black_box(toolgate_proxy::mcp::args::validate(&tool.input, black_box(&args), true));
     });
     let mut bad = args.clone();
     bad["trackingKeyCandidates"] = json!("[{\"value\": \"x\"}]");
     bench("validate 1 KiB arguments (invalid, with errors)", 100_000, || {
-        black_box(toolgate_proxy::mcp::args::validate(&tool.input, black_box(&bad)));
+        black_box(toolgate_proxy::mcp::args::validate(&tool.input, black_box(&bad), true));
     });
     let text = args.to_string();
     bench("parse 1 KiB JSON-RPC arguments", 200_000, || {

@@ -56,7 +56,8 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
         }
     }
     match Runtime::compile(config, old.generation + 1) {
-        Ok(rt) => {
+        Ok(mut rt) => {
+            rt.auth.keep_keys_of(&old.auth);
             let generation = rt.generation;
             let tools = rt.tools.len();
             shared.adopt(&rt);

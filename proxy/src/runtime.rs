@@ -52,6 +52,9 @@ pub struct CompiledTool {
     pub safety: Safety,
     /// Compiled `inputSchema`.
     pub input: jsonschema::Validator,
+    /// `inputSchema` uses `$ref` (its violations can cost more than its size says: validated off
+    /// the workers).
+    pub input_has_refs: bool,
     /// Compiled `outputSchema`, if any.
     pub output: Option<jsonschema::Validator>,
     /// Parsed path template.
@@ -371,6 +374,7 @@ fn compile_tool(
     Ok(CompiledTool {
         tier,
         safety,
+        input_has_refs: schema::has_refs(&t.input_schema),
         input,
         output,
         path,

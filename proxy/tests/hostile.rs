@@ -133,7 +133,8 @@ fn a_pattern_that_needs_backtracking_is_refused_when_the_config_loads() {
     );
 }
 
-#[tokio::test]
+// The proxy runs on the test's runtime: two workers, as in a pod on two cores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_hostile_arguments_are_answered_while_the_probes_stay_responsive() {
     let s = setup(
         "heavy",
@@ -297,4 +298,51 @@ async fn calls_refused_before_their_body_is_parsed_are_audited_once_each() {
         ]
     );
     assert!(records.iter().all(|r| r["tool"] == "get_customer"), "{records:#?}");
+}
+
+#[tokio::test]
+async fn host_refusals_batches_and_call_notifications_are_audited_once_each() {
+    let s = setup("edges", 64 * 1024, "  rateLimit: {perIp: {requests: 1000000}}\n").await;
+    let call_for = |id: u64| call(id, "get_customer", &json!({"customerId": "42"}));
+    // A DNS-rebinding request: refused before anything else, still recorded.
+    let mut h = base_headers();
+    h.push(("host", "evil.example"));
+    let (status, _, _) = send(&client(), "POST", &s.url, &h, Bytes::from(call_for(31))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // A batch holding two calls: refused whole, each recorded.
+    let batch = format!("[{},{}]", call_for(32), call_for(33));
+    let (status, _, _) = send(&client(), "POST", &s.url, &base_headers(), Bytes::from(batch)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    // A call without an id is a notification: 202, not run, recorded as such.
+    let note = json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "get_customer", "arguments": {"customerId": "42"}}});
+    let (status, _, _) = send(
+        &client(),
+        "POST",
+        &s.url,
+        &base_headers(),
+        Bytes::from(note.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    let records = s.audit(4).await;
+    let got: Vec<(Value, &str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["jsonrpcId"].clone(),
+                r["decision"].as_str().unwrap(),
+                r["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (json!(31), "denied", "host_not_allowed"),
+            (json!(32), "invalid", "batch"),
+            (json!(33), "invalid", "batch"),
+            (Value::Null, "invalid", "notification"),
+        ]
+    );
 }

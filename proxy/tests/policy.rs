@@ -813,6 +813,37 @@ async fn keys_from_a_jwks_url_are_fetched_and_rotated() {
     );
 }
 
+#[tokio::test]
+async fn a_reload_keeps_the_fetched_keys_while_the_issuer_is_down() {
+    let key = EcKey::generate("k1");
+    let doc = Arc::new(Mutex::new(json!({"keys": [key.jwk()]}).to_string()));
+    let jwks = jwks_server(doc.clone()).await;
+    let port = free_port();
+    let resource = format!("http://127.0.0.1:{port}/mcp");
+    // A refresh interval far longer than the test: only a reload could make the proxy refetch.
+    let policy = oauth_policy(&format!("jwksUrl: 'http://{jwks}/jwks.json'"))
+        .replace("RESOURCE", &resource)
+        .replace("jwksRefreshSeconds: 1", "jwksRefreshSeconds: 3600");
+    let s = setup_on("jwks-reload", &policy, port).await;
+    let bearer = format!("Bearer {}", key.sign(&claims(&resource)));
+    assert_eq!(s.raw(&[("authorization", &bearer)], INIT).await.0, StatusCode::OK);
+    // The issuer now serves garbage, and a tool edit reloads the config.
+    *doc.lock().unwrap() = "not a JWKS".into();
+    let path = s.dir.join("proxy.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("ms: \"600\"", "ms: \"601\"")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while s.proxy.shared.runtime.load().generation < 2 {
+        assert!(Instant::now() < deadline, "the edit was never applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        s.raw(&[("authorization", &bearer)], INIT).await.0,
+        StatusCode::OK,
+        "the keys fetched before the reload still verify tokens"
+    );
+}
+
 /// A JWKS endpoint on loopback speaking HTTP/1.1 by hand. It serves `doc` until `stall` is
 /// set; then it answers with headers promising a body far longer than what it sends and goes
 /// silent, keeping the connection open. It counts the requests it receives.

@@ -186,6 +186,14 @@ pub async fn run(
         .default_backoff()
         .touched_objects();
 
+    // Every Service's metadata: a gateway's upstream Service opting in or out.
+    let upstream_svc_stream = watcher(
+        api::<PartialObjectMeta<Service>>(&client, &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+
     let reporter = Reporter {
         controller: "toolgate-operator".into(),
         instance: cfg.instance.clone(),
@@ -250,6 +258,20 @@ pub async fn run(
             refs
         }
     };
+    let by_upstream_service = {
+        let servers = servers.clone();
+        move |svc: PartialObjectMeta<Service>| {
+            let ns = svc.metadata.namespace.clone().unwrap_or_default();
+            let name = svc.name_any();
+            servers
+                .state()
+                .iter()
+                .filter(|s| s.metadata.namespace.as_deref() == Some(&ns))
+                .filter(|s| s.spec.upstream.service.as_ref().is_some_and(|u| u.name == name))
+                .map(|s| ObjectRef::from_obj(&**s))
+                .collect::<Vec<_>>()
+        }
+    };
     let by_secret = {
         let servers = servers.clone();
         move |s: PartialObjectMeta<Secret>| {
@@ -268,6 +290,7 @@ pub async fn run(
         .watches_stream(tool_stream, by_tool)
         .watches_stream(deployment_stream, by_deployment)
         .watches_stream(secret_stream, by_secret)
+        .watches_stream(upstream_svc_stream, by_upstream_service)
         .graceful_shutdown_on(stopped(stop_rx.clone()))
         .run(server::reconcile, server::error_policy, ctx.clone())
         .for_each(|_| async {});

@@ -410,13 +410,13 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                                 if revoke {
                                     remove_sidecars(ctx, server, None, Some(&target)).await?;
                                 } else if carries_sidecar_of(&d, &name) {
-                                    selector = pods;
+                                    selector = Some(pods.unwrap_or_default());
                                 }
                                 c
                             }
                             None => {
                                 inject_sidecar(ctx, server, &deployments, &d, &target, &rendered).await?;
-                                selector = pods;
+                                selector = Some(pods.unwrap_or_default());
                                 let message = format!("Deployment {target} runs {CONTAINER} as a native sidecar");
                                 condition(
                                     kind::SIDECAR_INJECTED,
@@ -436,7 +436,34 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             remove_sidecars(ctx, server, None, None).await?;
             let live = deployments.get_opt(&gateway_name).await?;
             let ours = live.as_ref().is_some_and(|d| is_owned_by(&d.metadata, server));
-            let cond = match blocked(kind::GATEWAY_AVAILABLE) {
+            // The Service behind the gateway must agree to be fronted, as a workload must agree
+            // to carry a sidecar: an McpServer author could otherwise expose any Service.
+            let upstream = server
+                .spec
+                .upstream
+                .service
+                .as_ref()
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            let target = Api::<Service>::namespaced(client.clone(), &ns)
+                .get_metadata_opt(&upstream)
+                .await?;
+            let consent = match &target {
+                None => Some((
+                    reason::UPSTREAM_NOT_FOUND,
+                    format!("Service {upstream} not found in namespace {ns}; create it or fix spec.upstream.service.name"),
+                )),
+                Some(t) if !crate::guard::workload_opted_in(t.metadata.annotations.as_ref(), &name) => Some((
+                    reason::UPSTREAM_NOT_OPTED_IN,
+                    format!(
+                        "Service {upstream} has not opted in: whoever may edit it adds the annotation {}: {name} to its metadata (removing it takes the gateway down again)",
+                        crate::guard::WORKLOAD_OPT_IN
+                    ),
+                )),
+                Some(_) => None,
+            };
+            let refused = consent.map(|(r, m)| (condition(kind::GATEWAY_AVAILABLE, false, r, m, generation), true));
+            let cond = match refused.or_else(|| blocked(kind::GATEWAY_AVAILABLE)) {
                 Some((c, revoke)) => {
                     if revoke && ours {
                         deployments.delete(&gateway_name, &DeleteParams::background()).await?;
@@ -495,14 +522,14 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let svc_name = service_name(server);
     let mut service_problem = None;
     let live_svc = services.get_opt(&svc_name).await?;
-    match selector.filter(|s| !s.is_empty()) {
-        Some(sel) => {
+    match selector {
+        Some(sel) if !sel.is_empty() => {
             let doc = objects::service(server, &sel);
             if apply_owned(ctx, &services, &doc, live_svc.as_ref(), server).await? == Applied::Foreign {
                 service_problem = Some((reason::RESOURCE_CONFLICT, foreign("Service", &svc_name)));
             }
         }
-        empty => {
+        no_pods => {
             if live_svc.as_ref().is_some_and(|s| is_owned_by(&s.metadata, server)) {
                 gone(
                     services
@@ -512,7 +539,8 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                 )?;
                 ctx.metrics.write("Service", "delete");
             }
-            if empty.is_some() {
+            // The proxy runs, but the Deployment's selector names no labels to select its pods.
+            if no_pods.is_some() {
                 let message = format!(
                     "the Deployment's selector has no matchLabels, so Service {svc_name} cannot select its pods"
                 );

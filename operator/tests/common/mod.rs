@@ -193,6 +193,17 @@ pub fn deployment(name: &str) -> Value {
     d
 }
 
+/// A Service `name` (port 80 to the pods labelled app=name) whose owner agreed to be fronted
+/// by McpServer `server`'s gateway (`None`: not opted in).
+pub fn upstream_service(name: &str, server: Option<&str>) -> Value {
+    let mut svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}});
+    if let Some(s) = server {
+        svc["metadata"]["annotations"] = json!({"toolgate.dev/allow-mcp-server": s});
+    }
+    svc
+}
+
 /// A Deployment `name` that has not opted in to any sidecar.
 pub fn plain_deployment(name: &str) -> Value {
     json!({

@@ -41,6 +41,20 @@ pub fn compile(schema: &Value, patterns: &Patterns) -> Result<Validator, String>
         })
 }
 
+/// Whether `schema` refers to other schemas (`$ref`, `$dynamicRef`, `$recursiveRef`) anywhere.
+pub fn has_refs(schema: &Value) -> bool {
+    match schema {
+        Value::Object(m) => {
+            ["$ref", "$dynamicRef", "$recursiveRef"]
+                .iter()
+                .any(|k| m.contains_key(*k))
+                || m.values().any(has_refs)
+        }
+        Value::Array(a) => a.iter().any(has_refs),
+        _ => false,
+    }
+}
+
 /// The first `pattern` (or `patternProperties` key) in `schema` that uses a construct only a
 /// backtracking engine runs, as a JSON string.
 fn needs_backtracking(schema: &Value) -> Option<String> {

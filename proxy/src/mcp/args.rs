@@ -11,16 +11,24 @@ use crate::envelope::ErrorEntry;
 /// array of a million bad items cannot turn into a million-entry answer.
 pub const MAX_REPORTED: usize = 50;
 
-/// Validates `args` in one pass; returns one entry per violation (empty when valid), at most
-/// [`MAX_REPORTED`] of them and then one that says how many more there were.
-pub fn validate(validator: &jsonschema::Validator, args: &Value) -> Vec<ErrorEntry> {
-    let mut errors = validator.iter_errors(args);
-    let Some(first) = errors.next() else {
+/// Validates `args`: a yes/no pass first (the validator memoises `$ref`s there, and it is what
+/// nearly every call needs), and only for invalid arguments the violations: each of them, at most
+/// [`MAX_REPORTED`] and then one entry saying how many more, when `all` (a small request); the
+/// first alone otherwise, because the validator builds the whole list before it hands out one,
+/// and the list for a large hostile object (a million bad items) costs more memory than the proxy
+/// has.
+pub fn validate(validator: &jsonschema::Validator, args: &Value, all: bool) -> Vec<ErrorEntry> {
+    if validator.is_valid(args) {
         return Vec::new();
+    }
+    let errors: Box<dyn Iterator<Item = jsonschema::ValidationError<'_>> + '_> = if all {
+        Box::new(validator.iter_errors(args))
+    } else {
+        Box::new(validator.validate(args).err().into_iter())
     };
     let mut out = Vec::new();
     let mut more = 0usize;
-    for err in std::iter::once(first).chain(errors) {
+    for err in errors {
         if out.len() >= MAX_REPORTED {
             more += 1;
             continue;
@@ -271,7 +279,27 @@ mod tests {
         validate(
             &toolgate_config::schema::compile(&schema, &Default::default()).unwrap(),
             &args,
+            true,
         )
+    }
+
+    #[test]
+    fn a_large_request_lists_its_first_violation_and_a_small_one_at_most_fifty_and_a_count() {
+        let v = toolgate_config::schema::compile(
+            &json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string"}}}}),
+            &Default::default(),
+        )
+        .unwrap();
+        let args = json!({"items": vec![1; 500]});
+        assert_eq!(validate(&v, &args, false).len(), 1);
+        let all = validate(&v, &args, true);
+        assert_eq!(all.len(), MAX_REPORTED + 1);
+        assert!(
+            all[MAX_REPORTED].message.contains("450 more"),
+            "{:?}",
+            all[MAX_REPORTED]
+        );
+        assert!(validate(&v, &json!({"items": ["a"]}), false).is_empty());
     }
 
     #[test]

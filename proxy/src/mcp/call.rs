@@ -399,16 +399,19 @@ pub(crate) async fn tools_call(
     finish(tool, &outcome, started)
 }
 
-/// Requests up to this size have their arguments validated in place; larger ones on the
-/// blocking pool, so that no schema and no argument object can stall the runtime's workers
-/// (the probes, every other call).
+/// Requests up to this size, for a schema without `$ref`, have their arguments validated in
+/// place, every violation listed; the others on the blocking pool, so that no schema and no
+/// argument object can stall the runtime's workers (the probes, every other call), with only the
+/// first violation of a large request listed.
 const INLINE_VALIDATION_BYTES: usize = 32 * 1024;
 /// The longest the validation of one call may take, waiting for a validation slot included.
 pub const VALIDATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
+/// Validations off the workers at once, at most (each holds a copy of its arguments).
+pub const MAX_VALIDATION_SLOTS: usize = 4;
 
 /// Validates the arguments of `rt.tools[index]` within [`VALIDATION_DEADLINE`]; `None` when it
-/// did not finish in time (the validation still runs to its end on its blocking thread, bounded
-/// by the linear-time pattern engine, and holds its slot until then).
+/// did not finish in time (the validation still runs to its end on its blocking thread and holds
+/// its slot until then, so at most [`MAX_VALIDATION_SLOTS`] such threads exist).
 async fn validate_bounded(
     shared: &Shared,
     rt: &Arc<Runtime>,
@@ -416,8 +419,10 @@ async fn validate_bounded(
     args: &Value,
     body_bytes: usize,
 ) -> Option<Vec<ErrorEntry>> {
-    if body_bytes <= INLINE_VALIDATION_BYTES {
-        return Some(super::args::validate(&rt.tools[index].input, args));
+    let tool = &rt.tools[index];
+    let small = body_bytes <= INLINE_VALIDATION_BYTES;
+    if small && !tool.input_has_refs {
+        return Some(super::args::validate(&tool.input, args, true));
     }
     let deadline = tokio::time::Instant::now() + VALIDATION_DEADLINE;
     let slot = Arc::clone(&shared.validation_slots);
@@ -428,7 +433,7 @@ async fn validate_bounded(
     let (rt, args) = (Arc::clone(rt), args.clone());
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        super::args::validate(&rt.tools[index].input, &args)
+        super::args::validate(&rt.tools[index].input, &args, small)
     });
     tokio::time::timeout_at(deadline, task).await.ok()?.ok()
 }

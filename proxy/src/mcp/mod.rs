@@ -78,7 +78,8 @@ pub struct Shared {
     pub auditor: ArcSwap<Auditor>,
     /// Upstream calls in flight (they outlive a client that goes away).
     pub in_flight: Arc<InFlight>,
-    /// Slots for validating large argument objects off the runtime's workers (one per CPU).
+    /// Slots for validating large argument objects off the runtime's workers (one per CPU, at
+    /// most [`call::MAX_VALIDATION_SLOTS`]).
     pub validation_slots: Arc<tokio::sync::Semaphore>,
     /// Open `subscriptions/listen` streams, woken by reloads and ended on drain.
     pub subscriptions: subscriptions::Subscriptions,
@@ -156,7 +157,9 @@ impl Shared {
             auditor: ArcSwap::from_pointee(auditor),
             in_flight: Arc::default(),
             validation_slots: Arc::new(tokio::sync::Semaphore::new(
-                std::thread::available_parallelism().map_or(1, usize::from),
+                std::thread::available_parallelism()
+                    .map_or(1, usize::from)
+                    .min(call::MAX_VALIDATION_SLOTS),
             )),
             subscriptions: subscriptions::Subscriptions::default(),
         }
@@ -412,26 +415,26 @@ async fn serve(
             &json!({"error": format!("not found: the MCP endpoint is {}", rt.config.server.path)}),
         );
     }
-    if !host_allowed(&rt, req.headers()) {
-        return rpc_error(
-            StatusCode::FORBIDDEN,
-            None,
-            code::INVALID_REQUEST,
-            "Forbidden: this Host is not served here (DNS-rebinding protection; see server.allowedHosts)",
-            None,
-        );
-    }
+    // DNS-rebinding and cross-site refusals. A refused POST may be a tools/call (the attack
+    // case): the start of its body is read so that it leaves its audit record.
     let origin = req.headers().get(ORIGIN).cloned();
-    if let Some(o) = &origin {
-        if !origin_allowed(&rt, o, req.headers()) {
-            return rpc_error(
-                StatusCode::FORBIDDEN,
-                None,
-                code::INVALID_REQUEST,
-                "Forbidden: this Origin is not allowed",
-                None,
-            );
+    let refusal = if !host_allowed(&rt, req.headers()) {
+        Some((
+            "host_not_allowed",
+            "Forbidden: this Host is not served here (DNS-rebinding protection; see server.allowedHosts)",
+        ))
+    } else if origin.as_ref().is_some_and(|o| !origin_allowed(&rt, o, req.headers())) {
+        Some(("origin_not_allowed", "Forbidden: this Origin is not allowed"))
+    } else {
+        None
+    };
+    if let Some((reason, message)) = refusal {
+        if req.method() == Method::POST {
+            let (parts, body) = req.into_parts();
+            let ip = client_ip(&rt, &parts, peer);
+            refuse_unread(&shared, body, ip, "denied", reason, info).await;
         }
+        return rpc_error(StatusCode::FORBIDDEN, None, code::INVALID_REQUEST, message, None);
     }
     let mut resp = match *req.method() {
         Method::POST => post(&shared, &rt, req, peer, info).await,
@@ -666,8 +669,9 @@ async fn gate(
 /// How long a request body may take to arrive.
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How much of a refused request's body is read to find out whether it is a `tools/call` (and
-/// how long that may take): enough for `id`, `method` and `params.name` in the order every SDK
-/// sends them.
+/// how long that may take): enough for `method` and `params.name` in the order the SDKs send
+/// them. The TypeScript SDK puts `id` last, so a large refused call of its may be recorded
+/// without its `jsonrpcId`.
 const REFUSED_PEEK_BYTES: usize = 64 * 1024;
 const REFUSED_PEEK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -878,6 +882,16 @@ async fn post(
         }
     };
     let Value::Object(msg) = msg else {
+        // A batch is refused whole; each tools/call in it still leaves its record.
+        for m in msg.as_array().into_iter().flatten().filter_map(Value::as_object) {
+            if m.get("method").and_then(Value::as_str) == Some("tools/call") {
+                let params = m.get("params");
+                let mut a = CallAudit::new(shared.auditor.load_full(), m.get("id").unwrap_or(&Value::Null), params);
+                a.set_ip(ip);
+                a.set_arguments(params, false);
+                a.finish("invalid", "batch", None);
+            }
+        }
         let message = if msg.is_array() {
             "Invalid Request: JSON-RPC batches are not supported; send one message per request"
         } else {
@@ -958,6 +972,12 @@ async fn post(
             )
         }
     };
+
+    // A tools/call without an id is a notification: nothing may answer it, so nothing runs; its
+    // record says so (rather than that the client went away).
+    if method == Some("tools/call") && id.is_none() {
+        return refuse(audit, "notification", empty(StatusCode::ACCEPTED));
+    }
 
     // A 2026-07-28 request is checked against its own headers before anything else decides on
     // it; its `_meta` trace context continues the client's trace.

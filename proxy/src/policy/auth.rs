@@ -133,6 +133,20 @@ pub fn read_ref(path: &str, what: &str) -> Result<String, String> {
 }
 
 impl Authenticator {
+    /// Keeps `old`'s JWKS cache when this generation fetches its keys from the same URL at the
+    /// same refresh interval: a reload (every McpTool edit is one) must not throw away the keys
+    /// and make every token wait for a fetch, which fails outright while the issuer is down.
+    pub fn keep_keys_of(&mut self, old: &Authenticator) {
+        let (Some(new), Some(old)) = (self.oauth.as_mut(), old.oauth.as_ref()) else {
+            return;
+        };
+        if let (Keys::Remote(n), Keys::Remote(o)) = (&mut new.keys, &old.keys) {
+            if n.url == o.url && n.timing.refresh == o.timing.refresh {
+                *n = Arc::clone(o);
+            }
+        }
+    }
+
     /// Builds the authenticator, reading the credentials and JWKS files it names.
     pub fn new(p: &PolicyConfig, server_name: &str) -> Result<Self, Vec<String>> {
         let a = &p.auth;
