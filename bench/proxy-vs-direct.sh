@@ -8,7 +8,8 @@
 # loaded, then drives the same operation with wrk at concurrency 1 and 32:
 #   direct: GET /customers/42 on the service
 #   proxy:  tools/call get_customer {"customerId":"42"} (validation, mapping, pick/redact,
-#           output-schema check, envelope) through the proxy
+#           output-schema check, envelope) through the proxy, on a 2025-06-18 session
+#   proxy-2026: the same call on 2026-07-28 (no session; `_meta` and headers validated)
 # and then the same pair against an endpoint with 1 ms of service time (GET /slow?ms=1), which
 # is closer to a real service; and prints requests/s, p50 and p99 for both, their ratio, the proxy's CPU time per call
 # (from /proc) and its peak RSS. Load generator, upstream and proxy share this machine's cores.
@@ -94,6 +95,21 @@ echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; a
   || { echo "the proxied call does not succeed: $check" >&2; exit 1; }
 
 SLOW='{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow_lookup","arguments":{"ms":1}}}'
+# The same call on 2026-07-28: no session, `_meta` and the mirroring headers validated.
+MODERN='{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"get_customer","arguments":{"customerId":"42"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"bench","version":"1"}}}}'
+check=$(curl -sf "${H[@]}" -H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: get_customer' "http://127.0.0.1:$MCP/mcp" -d "$MODERN")
+echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; assert r["structuredContent"]["status"]=="success" and r["resultType"]=="complete", r' \
+  || { echo "the 2026-07-28 call does not succeed: $check" >&2; exit 1; }
+cat >"$work/MODERN.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '$MODERN'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+wrk.headers["Mcp-Method"] = "tools/call"
+wrk.headers["Mcp-Name"] = "get_customer"
+LUA
+[[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$work/MODERN.lua"
 for body in CALL SLOW; do
 cat >"$work/$body.lua" <<LUA
 wrk.method = "POST"
@@ -146,6 +162,7 @@ PY
 for c in 1 32; do
   run direct "$c" "http://127.0.0.1:$UP/customers/42"
   run proxy "$c" "http://127.0.0.1:$MCP/mcp" "$work/CALL.lua"
+  run proxy-2026 "$c" "http://127.0.0.1:$MCP/mcp" "$work/MODERN.lua"
 done
 run direct-1ms 32 "http://127.0.0.1:$UP/slow?ms=1"
 run proxy-1ms 32 "http://127.0.0.1:$MCP/mcp" "$work/SLOW.lua"
@@ -159,13 +176,13 @@ by = {(r["name"], r["c"]): r for r in rows}
 import os
 mode = "API-key auth + audit to a file" if os.environ.get("BENCH_POLICY") == "1" else "auth none, audit off"
 print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, {mode}, same machine")
-print(f"{'conc':>4} {'path':<7} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
+print(f"{'conc':>4} {'path':<10} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
-    for n in ("direct", "proxy"):
+    for n in ("direct", "proxy", "proxy-2026"):
         r = by[(n, c)]
-        cpu = f"{r['cpu_us_per_call']:.1f}" if n == "proxy" else "-"
+        cpu = f"{r['cpu_us_per_call']:.1f}" if n != "direct" else "-"
         err = r["non2xx"] + (1 if r["socket_errors"] else 0)
-        print(f"{c:>4} {n:<7} {r['rps']:>10.0f} {r['p50']:>9.0f} {r['p99']:>9.0f} {cpu:>18} {err:>7}")
+        print(f"{c:>4} {n:<10} {r['rps']:>10.0f} {r['p50']:>9.0f} {r['p99']:>9.0f} {cpu:>18} {err:>7}")
 d1, p1, d32, p32 = by[("direct", 1)], by[("proxy", 1)], by[("direct", 32)], by[("proxy", 32)]
 print(f"\nadded p50 at concurrency 1:   {p1['p50'] - d1['p50']:.0f} µs   (target < 100 µs)")
 print(f"proxy CPU per call (c=32):    {p32['cpu_us_per_call']:.1f} µs   (target < 50 µs)")
@@ -174,6 +191,9 @@ print(f"throughput ratio at c=1:      {p1['rps'] / d1['rps'] * 100:.0f}% of dire
 ds, ps = by[("direct-1ms", 32)], by[("proxy-1ms", 32)]
 print(f"with 1 ms of upstream service time, c=32: direct {ds['rps']:.0f} req/s p50 {ds['p50']:.0f} µs, "
       f"proxy {ps['rps']:.0f} req/s p50 {ps['p50']:.0f} µs ({ps['rps'] / ds['rps'] * 100:.0f}% of direct)")
+m1, m32 = by[("proxy-2026", 1)], by[("proxy-2026", 32)]
+print(f"2026-07-28 vs 2025-06-18 CPU per call: c=1 {m1['cpu_us_per_call']:.1f} vs {p1['cpu_us_per_call']:.1f} µs, "
+      f"c=32 {m32['cpu_us_per_call']:.1f} vs {p32['cpu_us_per_call']:.1f} µs   (the modern path must not cost more)")
 print(f"proxy peak RSS:               {rss_mib:.1f} MiB with {sys.argv[3]} tools   (target < 30 MiB)")
 if any(r["non2xx"] or r["socket_errors"] for r in rows):
     print("WARNING: some requests failed; see the numbers above", file=sys.stderr)

@@ -55,6 +55,12 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
             tracing::warn!(key, old = %a, new = %b, "changing a listen address needs a restart; the old address keeps serving");
         }
     }
+    if old.config.server.metrics_listen != config.server.metrics_listen {
+        tracing::warn!(
+            key = "server.metricsListen",
+            "changing the metrics listener needs a restart; the old one keeps serving"
+        );
+    }
     match Runtime::compile(config, old.generation + 1) {
         Ok(mut rt) => {
             rt.auth.keep_keys_of(&old.auth);

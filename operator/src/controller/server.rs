@@ -317,8 +317,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let blocked = |type_: &str| -> Option<(Condition, bool)> {
         let c = |r: &str, m: String| condition(type_, false, r, m, generation);
         if ctx.guard.protects(&ns) {
-            let message = format!("namespace {ns} is the operator's own: no McpServer there is served (its ServiceAccount can read Secrets cluster-wide); move the server to the workload's namespace");
-            Some((c(reason::PROTECTED_NAMESPACE, message), true))
+            Some((protected(&ns, type_, generation), true))
         } else if !refused.is_empty() {
             let message = format!(
                 "Secret {} may not be mounted into the proxy: whoever may write it labels it {}={} (or the operator runs with --trust-namespace-secrets)",
@@ -356,14 +355,22 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                 .as_ref()
                 .map(|w| w.name.clone())
                 .unwrap_or_default();
-            remove_sidecars(ctx, server, Some(&target), None).await?;
+            // The operator's own namespace first: whatever the opt-ins there say.
+            let keep = (!ctx.guard.protects(&ns)).then_some(target.as_str());
+            remove_sidecars(ctx, server, keep, None).await?;
             if let Some(gw) = deployments.get_metadata_opt(&gateway_name).await? {
                 if is_owned_by(&gw.metadata, server) {
                     deployments.delete(&gateway_name, &DeleteParams::background()).await?;
                     ctx.metrics.write("Deployment", "delete");
                 }
             }
-            let cond = match deployments.get_opt(&target).await? {
+            let live_target = if ctx.guard.protects(&ns) {
+                None
+            } else {
+                deployments.get_opt(&target).await?
+            };
+            let cond = match live_target {
+                None if ctx.guard.protects(&ns) => protected(&ns, kind::SIDECAR_INJECTED, generation),
                 None => {
                     let message = format!(
                         "Deployment {target} not found in namespace {ns}; create it or fix spec.workloadRef.name"
@@ -617,6 +624,12 @@ fn claimed_by_other(ctx: &Context, d: &Deployment, me: &str) -> Option<String> {
         .iter()
         .any(|s| s.metadata.namespace.as_deref() == ns && s.name_any() == *other);
     exists.then(|| other.clone())
+}
+
+/// The condition of a server in the operator's own namespace, which is never a target.
+fn protected(ns: &str, type_: &str, generation: Option<i64>) -> Condition {
+    let message = format!("namespace {ns} is the operator's own: no McpServer there is served (its ServiceAccount can read Secrets cluster-wide); move the server to the workload's namespace");
+    condition(type_, false, reason::PROTECTED_NAMESPACE, message, generation)
 }
 
 /// Whether `d` carries the sidecar of McpServer `server`.

@@ -197,14 +197,23 @@ impl OAuthConfig {
 /// nobody on the network can swap the keys.
 pub fn check_jwks_url(url: &str) -> Result<(), String> {
     let lower = url.to_ascii_lowercase();
-    if lower.starts_with("https://") {
-        return Ok(());
-    }
-    let Some(rest) = lower.strip_prefix("http://") else {
-        return Err(format!("`{url}` must be an https:// URL"));
+    let (https, rest) = match (lower.strip_prefix("https://"), lower.strip_prefix("http://")) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        (None, None) => return Err(format!("`{url}` must be an https:// URL")),
     };
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host_port = authority.rsplit('@').next().unwrap_or("");
+    // Not echoed: the URL holds a credential, which would end up in logs and status.
+    if authority.contains('@') {
+        return Err(
+            "must not carry user info (`user:password@`): a credential in a URL ends up in logs; serve the keys without one"
+                .into(),
+        );
+    }
+    if https {
+        return Ok(());
+    }
+    let host_port = authority;
     let host = match host_port.strip_prefix('[') {
         Some(v6) => v6.split(']').next().unwrap_or(""),
         None => host_port.split(':').next().unwrap_or(""),
@@ -411,6 +420,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn jwks_urls_with_user_info_are_refused_without_echoing_it() {
+        for url in [
+            "https://user:s3cret@idp.example/jwks",
+            "http://user:s3cret@127.0.0.1:8/jwks",
+        ] {
+            let e = check_jwks_url(url).unwrap_err();
+            assert!(e.contains("user info") && !e.contains("s3cret"), "{e}");
+        }
+    }
+
+    #[test]
     fn jwks_urls_need_https_except_to_loopback() {
         for ok in [
             "https://issuer.example.com/.well-known/jwks.json",
@@ -429,7 +449,6 @@ mod tests {
             "http://[::2]/jwks",
             "http://localhost.evil.example/jwks",
             "http://127.0.0.1.evil.example/jwks",
-            "http://127.0.0.1@evil.example/jwks",
             "ftp://localhost/jwks",
             "issuer.example.com/jwks",
         ] {

@@ -609,7 +609,9 @@ fn check_schema(
         errs.push(ConfigError::new(at, "must be a JSON Schema object"));
         return None;
     };
-    if obj.get("type").and_then(Value::as_str) != Some("object") {
+    // `arguments` is an object, so an inputSchema's root must say so; an outputSchema describes
+    // the envelope's `data`, which may be any JSON value (SEP-2106).
+    if at.ends_with(".inputSchema") && obj.get("type").and_then(Value::as_str) != Some("object") {
         errs.push(ConfigError::new(
             at,
             format!(
@@ -645,6 +647,20 @@ mod tests {
             .into_iter()
             .map(|e| e.to_string())
             .collect()
+    }
+
+    #[test]
+    fn an_output_schema_may_have_any_root_but_an_input_schema_is_an_object() {
+        let ok = parse_yaml(&format!(
+            "{BASE}tools:\n  - {{name: t, inputSchema: {{type: object}}, outputSchema: {{type: array, items: {{type: string}}}}, http: {{method: GET, path: /x}}}}\n"
+        ));
+        assert!(ok.is_ok(), "{:?}", ok.err());
+        let errs = errors("  - {name: t, inputSchema: {type: array}, http: {method: GET, path: /x}}\n");
+        assert!(
+            errs.iter()
+                .any(|e| e.contains("inputSchema") && e.contains("type: object")),
+            "{errs:?}"
+        );
     }
 
     #[test]
