@@ -115,6 +115,8 @@ pub struct Runtime {
     pub files_fingerprint: [u8; 32],
     /// SHA-256 of the token `PUT /loglevel` requires (`server.adminTokenFile`); `None` refuses it.
     pub admin_token: Option<[u8; 32]>,
+    /// What every 2026-07-28 tool result starts with (`resultType`, the server's identity).
+    pub modern_result_head: String,
 }
 
 /// Shortest accepted admin token.
@@ -286,6 +288,7 @@ impl Runtime {
             }
         };
         Ok(Self {
+            modern_result_head: crate::mcp::modern::result_head(&config.server.name),
             admin_token,
             config,
             tools,

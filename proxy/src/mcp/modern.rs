@@ -299,15 +299,23 @@ pub fn complete(result: &mut Value, rt: &Runtime) {
     }
 }
 
+/// The members [`complete_raw`] puts first in a result, as JSON text without the closing brace:
+/// built once per config generation, not per call.
+pub fn result_head(server_name: &str) -> String {
+    let info = json!({"name": server_name, "title": "Toolgate", "version": env!("CARGO_PKG_VERSION")});
+    let mut head = json!({"resultType": "complete", "_meta": {META_SERVER_INFO: info}}).to_string();
+    head.pop();
+    head
+}
+
 /// [`complete`] for a result already serialized as a JSON object (a tool result).
 pub fn complete_raw(result: &str, rt: &Runtime) -> String {
     let Some(rest) = result.strip_prefix('{') else {
         return result.to_string();
     };
-    let mut head = json!({"resultType": "complete", "_meta": {META_SERVER_INFO: server_info(rt)}}).to_string();
-    head.pop(); // the closing brace
+    let head = &rt.modern_result_head;
     let mut out = String::with_capacity(head.len() + result.len() + 1);
-    out.push_str(&head);
+    out.push_str(head);
     if rest.trim_start() != "}" {
         out.push(',');
     }
