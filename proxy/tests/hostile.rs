@@ -71,6 +71,20 @@ impl Setup {
     }
 }
 
+/// Each record's JSON-RPC id, decision and reason.
+fn outcomes(records: &[Value]) -> Vec<(Value, &str, &str)> {
+    records
+        .iter()
+        .map(|r| {
+            (
+                r["jsonrpcId"].clone(),
+                r["decision"].as_str().unwrap(),
+                r["reason"].as_str().unwrap(),
+            )
+        })
+        .collect()
+}
+
 /// Sends `chunks` as one chunked POST over a raw connection (off the test's runtime, which also
 /// runs the proxy); returns the status and body.
 async fn post_chunked(addr: SocketAddr, headers: &[(&str, &str)], chunks: &[&[u8]]) -> (u16, String) {
@@ -279,16 +293,7 @@ async fn calls_refused_before_their_body_is_parsed_are_audited_once_each() {
 
     let records = s.audit(3).await;
     assert_eq!(records.len(), 3, "{records:#?}");
-    let got: Vec<(Value, &str, &str)> = records
-        .iter()
-        .map(|r| {
-            (
-                r["jsonrpcId"].clone(),
-                r["decision"].as_str().unwrap(),
-                r["reason"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let got = outcomes(&records);
     assert_eq!(
         got,
         vec![
@@ -326,16 +331,7 @@ async fn host_refusals_batches_and_call_notifications_are_audited_once_each() {
     assert_eq!(status, StatusCode::ACCEPTED);
 
     let records = s.audit(4).await;
-    let got: Vec<(Value, &str, &str)> = records
-        .iter()
-        .map(|r| {
-            (
-                r["jsonrpcId"].clone(),
-                r["decision"].as_str().unwrap(),
-                r["reason"].as_str().unwrap(),
-            )
-        })
-        .collect();
+    let got = outcomes(&records);
     assert_eq!(
         got,
         vec![
