@@ -13,7 +13,17 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{json, Map, Value};
 use toolgate_config::{LEGACY_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS};
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::Response;
+
+use super::{
+    call, code as rpc, empty, rpc_error, subscriptions, tools_list, Body, Caller, Incoming, Peer, Reply, RequestInfo,
+    Shared,
+};
 use crate::audit::ClientInfo;
+use crate::metrics;
 use crate::runtime::Runtime;
 use crate::trace::TraceContext;
 
@@ -321,6 +331,73 @@ pub fn complete_raw(result: &str, rt: &Runtime) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// The 2026-07-28 methods. Results are completed with `resultType` and the server's identity;
+/// methods this revision removed (`initialize`, `ping`, `logging/setLevel`) or this server does
+/// not offer are 404 with -32601, as the transport requires.
+pub(crate) async fn serve(
+    shared: &Arc<Shared>,
+    rt: &Arc<Runtime>,
+    caller: &Caller,
+    m: Modern,
+    req: Incoming<'_>,
+    info: &mut RequestInfo,
+) -> Response<Body> {
+    metrics::METRICS.protocol(m.version);
+    info.version = Some(m.version);
+    // Notifications (cancellation is closing the stream) and responses: nothing to answer.
+    let (Some(method), Some(id)) = (req.method, req.id) else {
+        return empty(StatusCode::ACCEPTED);
+    };
+    let peer = Peer {
+        version: m.version,
+        session: None,
+        client: m.client,
+    };
+    let mut reply = match method {
+        "server/discover" => Reply::Result(discover(rt)),
+        "tools/list" => tools_list(rt, &peer, &caller.identity, req.params),
+        "tools/call" => match req.audit {
+            Some(mut a) => {
+                a.set_peer(&peer);
+                call::tools_call(shared, rt, &peer, caller, id, req.params, a).await
+            }
+            None => Reply::error(rpc::INTERNAL_ERROR, "Internal error"),
+        },
+        "subscriptions/listen" => {
+            if shared.draining.load(Ordering::Relaxed) {
+                return rpc_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Some(id),
+                    rpc::INTERNAL_ERROR,
+                    "Service Unavailable: this replica is shutting down; listen again",
+                    None,
+                );
+            }
+            return subscriptions::listen(shared, rt, caller, req.headers, id, req.params);
+        }
+        _ => {
+            info.method_name = None;
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                Some(id),
+                rpc::METHOD_NOT_FOUND,
+                format!(
+                    "Method not found: `{}` is not a {} method this server offers",
+                    method.chars().take(64).collect::<String>(),
+                    m.version
+                ),
+                None,
+            );
+        }
+    };
+    match &mut reply {
+        Reply::Result(v) => complete(v, rt),
+        Reply::RawResult(raw) => *raw = complete_raw(raw, rt),
+        Reply::Http(_) | Reply::Error { .. } => {}
+    }
+    reply.into_response(id)
 }
 
 #[cfg(test)]
