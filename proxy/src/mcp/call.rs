@@ -221,10 +221,11 @@ pub(crate) async fn tools_call(
             "Invalid params: `name` (the tool to call) is required",
         );
     };
-    let Some(tool) = rt.tool(name) else {
+    let Some(index) = rt.tool_index(name) else {
         audit.finish("invalid", "unknown_tool", None);
         return unknown_tool(name);
     };
+    let tool = &rt.tools[index];
     match authorize(policy, who, &tool.config) {
         Ok(()) => {}
         // Hidden tools answer exactly like unknown ones: no existence leak.
@@ -290,9 +291,6 @@ pub(crate) async fn tools_call(
             audit.finish("invalid", "arguments_not_object", None);
             return Reply::error(code::INVALID_PARAMS, "Invalid params: `arguments` must be an object");
         }
-    };
-    let Some(index) = rt.tool_index(name) else {
-        return unknown_tool(name);
     };
     let problems = match validate_bounded(shared, rt, index, args, caller.body_bytes).await {
         Some(p) => p,
