@@ -17,6 +17,7 @@ pub mod policy;
 pub mod reload;
 pub mod runtime;
 pub mod server;
+pub mod store;
 pub mod trace;
 pub mod upstream;
 

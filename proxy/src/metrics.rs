@@ -56,7 +56,20 @@ pub struct Metrics {
     pub protocol_requests: IntCounterVec,
     /// `toolgate_listen_streams_open`.
     pub listeners: IntGauge,
+    /// `toolgate_store_operations_total{op,result}`.
+    pub store_operations: IntCounterVec,
+    /// `toolgate_store_operation_duration_seconds{op}`.
+    pub store_duration: HistogramVec,
+    /// `toolgate_store_up`.
+    pub store_up: IntGauge,
+    /// `toolgate_store_fallbacks_total{decision}`.
+    pub store_fallbacks: IntCounterVec,
 }
+
+/// `op` values of the store metrics.
+pub const STORE_OPS: [&str; 3] = ["admit", "revoke", "check_session"];
+/// `result` values of `toolgate_store_operations_total`.
+pub const STORE_RESULTS: [&str; 4] = ["ok", "error", "timeout", "skipped"];
 
 /// Reasons of `toolgate_jwks_fetch_failures_total`.
 pub const JWKS_FAILURE_REASONS: [&str; 5] = ["timeout", "transport", "status", "too_large", "invalid"];
@@ -66,6 +79,8 @@ fn plain(registry: &Registry, name: &str, help: &str) -> IntCounter {
     registry.register(Box::new(c.clone())).expect("unique metric");
     c
 }
+
+const STORE_BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
 
 const CALL_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -145,6 +160,33 @@ impl Metrics {
                 &["version"],
             ),
             listeners: gauge("toolgate_listen_streams_open", "Open 2026-07-28 subscriptions/listen streams."),
+            store_operations: counter(
+                "toolgate_store_operations_total",
+                "Operations on the shared store (policy.rateLimit.store), by op (admit, revoke, check_session) and result (ok; error, timeout; skipped: the store was marked down and not asked).",
+                &["op", "result"],
+            ),
+            store_duration: {
+                let h = HistogramVec::new(
+                    HistogramOpts::new(
+                        "toolgate_store_operation_duration_seconds",
+                        "Time of one shared-store round trip that was attempted, by op.",
+                    )
+                    .buckets(STORE_BUCKETS.to_vec()),
+                    &["op"],
+                )
+                .expect("metric");
+                registry.register(Box::new(h.clone())).expect("unique metric");
+                h
+            },
+            store_up: gauge(
+                "toolgate_store_up",
+                "1 while the shared store answers, 0 while it is marked down (0 also when none is configured).",
+            ),
+            store_fallbacks: counter(
+                "toolgate_store_fallbacks_total",
+                "Calls decided without the shared store because it could not answer, by decision (local: counted on this replica's limiter; refused: a write-tier call under failClosed; unchecked: a session accepted without its revocation check).",
+                &["decision"],
+            ),
             registry,
         };
         m.registry
@@ -164,6 +206,14 @@ impl Metrics {
         for r in JWKS_FAILURE_REASONS {
             m.jwks_fetch_failures.with_label_values(&[r]);
         }
+        for op in STORE_OPS {
+            for r in STORE_RESULTS {
+                m.store_operations.with_label_values(&[op, r]);
+            }
+        }
+        for d in ["local", "refused", "unchecked"] {
+            m.store_fallbacks.with_label_values(&[d]);
+        }
         for v in toolgate_config::SUPPORTED_PROTOCOL_VERSIONS {
             m.protocol_requests.with_label_values(&[v]);
         }
@@ -174,7 +224,7 @@ impl Metrics {
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 19] = [
+        let collectors: [&dyn Collector; 23] = [
             &self.requests,
             &self.tool_calls,
             &self.tool_duration,
@@ -194,6 +244,10 @@ impl Metrics {
             &self.jwks_fetch_failures,
             &self.protocol_requests,
             &self.listeners,
+            &self.store_operations,
+            &self.store_duration,
+            &self.store_up,
+            &self.store_fallbacks,
         ];
         toolgate_telemetry::names(&collectors)
     }

@@ -117,6 +117,10 @@ pub struct Runtime {
     pub admin_token: Option<[u8; 32]>,
     /// What every 2026-07-28 tool result starts with (`resultType`, the server's identity).
     pub modern_result_head: String,
+    /// Keys sealing session ids (`server.sessionKeyFile`); `None`: sessions in memory.
+    pub session_keys: Option<std::sync::Arc<crate::mcp::sealed::SessionKeys>>,
+    /// The shared store (`policy.rateLimit.store`), its files read.
+    pub store: Option<crate::store::StoreSettings>,
 }
 
 /// Shortest accepted admin token.
@@ -217,6 +221,11 @@ impl Runtime {
         files.extend(a.oauth.as_ref().and_then(|o| o.jwks_file.clone()));
         files.extend(config.upstream.credential.as_ref().map(|c| c.file.clone()));
         files.extend(config.server.admin_token_file.clone());
+        files.extend(config.server.session_key_file.clone());
+        if let Some(r) = config.policy.rate_limit.store.as_ref().map(|s| &s.redis) {
+            files.extend(r.password_file.clone());
+            files.extend(r.ca_file.clone());
+        }
         // Taken before the files are read: a change racing with this compile reloads once more.
         let files_fingerprint = fingerprint(&files);
         let auth = Authenticator::new(&config.policy, &config.server.name).map_err(|es| {
@@ -287,7 +296,50 @@ impl Runtime {
                 Some(crate::policy::credentials::digest(token.as_bytes()))
             }
         };
+        let session_keys = match &config.server.session_key_file {
+            None => None,
+            Some(f) => {
+                let text =
+                    read_ref(f, "server.sessionKeyFile").map_err(|e| policy_error("server.sessionKeyFile", e))?;
+                let keys = crate::mcp::sealed::SessionKeys::parse(&text)
+                    .map_err(|e| policy_error("server.sessionKeyFile", format!("{f}: {e}")))?;
+                Some(std::sync::Arc::new(keys))
+            }
+        };
+        let store = match config.policy.rate_limit.store.as_ref().map(|s| &s.redis) {
+            None => None,
+            Some(r) => {
+                let key = "policy.rateLimit.store.redis";
+                let password = match &r.password_file {
+                    Some(f) => Some(
+                        read_ref(f, "policy.rateLimit.store.redis.passwordFile")
+                            .map_err(|e| policy_error(&format!("{key}.passwordFile"), e))?
+                            .trim()
+                            .to_string(),
+                    ),
+                    None => None,
+                };
+                let ca = match &r.ca_file {
+                    Some(f) => Some(
+                        std::fs::read(f).map_err(|e| policy_error(&format!("{key}.caFile"), format!("{f}: {e}")))?,
+                    ),
+                    None => None,
+                };
+                redis::IntoConnectionInfo::into_connection_info(r.url.as_str())
+                    .map_err(|e| policy_error(&format!("{key}.url"), e.to_string()))?;
+                Some(crate::store::StoreSettings {
+                    config: r.clone(),
+                    password,
+                    ca,
+                })
+            }
+        };
+        if store.is_some() && session_keys.is_none() {
+            tracing::warn!("policy.rateLimit.store is set but server.sessionKeyFile is not: 2025-era sessions stay in each replica's memory");
+        }
         Ok(Self {
+            session_keys,
+            store,
             modern_result_head: crate::mcp::modern::result_head(&config.server.name),
             admin_token,
             config,

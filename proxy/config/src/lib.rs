@@ -104,9 +104,16 @@ pub struct ServerConfig {
     /// Largest accepted request body; larger ones get HTTP 413.
     #[serde(default = "defaults::max_body_bytes")]
     pub max_body_bytes: u64,
-    /// Idle time after which a session ends (its id then answers 404).
+    /// How long a session lives (its id then answers 404 and the client initializes again): idle
+    /// time for in-memory sessions, time since `initialize` for sealed ones.
     #[serde(default = "defaults::session_ttl_seconds")]
     pub session_ttl_seconds: u64,
+    /// File (a mounted Secret) of session keys, one base64-encoded 32-byte key per line, the
+    /// first sealing new ids and every one opening them. With it, a session id is sealed
+    /// (XChaCha20-Poly1305) and every replica holding the same file accepts it without a
+    /// lookup; without it, sessions live in this process's memory (one replica only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key_file: Option<String>,
     /// Upper bound of live sessions; the longest-idle one is ended to make room.
     #[serde(default = "defaults::max_sessions")]
     pub max_sessions: usize,
@@ -158,6 +165,7 @@ impl Default for ServerConfig {
             allowed_hosts: Vec::new(),
             max_body_bytes: defaults::max_body_bytes(),
             session_ttl_seconds: defaults::session_ttl_seconds(),
+            session_key_file: None,
             max_sessions: defaults::max_sessions(),
             max_connections: defaults::max_connections(),
             page_size: defaults::page_size(),

@@ -253,6 +253,77 @@ pub struct RateLimitConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "loose_number")]
     pub max_keys: Option<Value>,
+    /// Where the per-identity and per-tool limits (and session revocations) are counted so
+    /// that every replica shares them. Without it each replica counts on its own. The per-IP
+    /// limit is always local: it runs before authentication and must cost nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreConfig>,
+}
+
+/// A store shared by the replicas of one server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoreConfig {
+    /// A Redis (or Valkey) server.
+    pub redis: RedisConfig,
+}
+
+/// A Redis or Valkey server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedisConfig {
+    /// `redis://host[:port][/db]`, or `rediss://` for TLS (`valkey://`, `valkeys://` too). No
+    /// user info: the password comes from `passwordFile`, the user from `username`.
+    pub url: String,
+    /// ACL user name (Redis 6+); without it, the default user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// File (a mounted Secret) holding the password (surrounding whitespace trimmed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<String>,
+    /// PEM bundle of the CAs that sign the server's certificate (`rediss://`); without it, the
+    /// system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Put before every key, so several servers can share one Redis. Default `toolgate:`.
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    /// How long one store operation may take (1-1000 ms, default 50); past it, or while the
+    /// store is unreachable, `failurePolicy` decides.
+    #[serde(default = "default_store_timeout_ms")]
+    pub timeout_ms: u64,
+    /// While the store cannot answer: `failOpen` counts on this replica's own limiter (each
+    /// replica then admits the full limit), `failClosed` refuses write-tier calls and counts
+    /// reads locally.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
+}
+
+fn default_key_prefix() -> String {
+    "toolgate:".into()
+}
+
+fn default_store_timeout_ms() -> u64 {
+    50
+}
+
+/// Why a Redis URL is unusable (never echoing user info).
+pub fn check_redis_url(url: &str) -> Result<(), String> {
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = ["redis://", "rediss://", "valkey://", "valkeys://"]
+        .iter()
+        .find_map(|s| lower.strip_prefix(s))
+    else {
+        return Err("must start with redis://, rediss://, valkey:// or valkeys://".into());
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err("must not hold user info: put the password in `passwordFile` and the user in `username`".into());
+    }
+    if authority.is_empty() {
+        return Err("has no host".into());
+    }
+    Ok(())
 }
 
 /// `requests` per `windowSeconds`. Missing, zero, negative or non-numeric values fall back to
@@ -428,6 +499,22 @@ mod tests {
             let e = check_jwks_url(url).unwrap_err();
             assert!(e.contains("user info") && !e.contains("s3cret"), "{e}");
         }
+    }
+
+    #[test]
+    fn redis_urls_are_checked_without_echoing_user_info() {
+        for ok in [
+            "redis://10.0.0.5:6379/0",
+            "rediss://redis.example:6380",
+            "valkey://v",
+            "REDIS://h",
+        ] {
+            assert_eq!(check_redis_url(ok), Ok(()), "{ok}");
+        }
+        let e = check_redis_url("redis://default:s3cret@10.0.0.5:6379").unwrap_err();
+        assert!(e.contains("passwordFile") && !e.contains("s3cret"), "{e}");
+        assert!(check_redis_url("http://10.0.0.5").unwrap_err().contains("redis://"));
+        assert!(check_redis_url("redis:///0").unwrap_err().contains("no host"));
     }
 
     #[test]

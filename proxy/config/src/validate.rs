@@ -107,6 +107,32 @@ impl ProxyConfig {
                 ));
             }
         }
+        if let Some(store) = &p.rate_limit.store {
+            let r = &store.redis;
+            if let Err(e) = crate::check_redis_url(&r.url) {
+                errs.push(ConfigError::new("policy.rateLimit.store.redis.url", e));
+            }
+            if !(1..=1000).contains(&r.timeout_ms) {
+                errs.push(ConfigError::new(
+                    "policy.rateLimit.store.redis.timeoutMs",
+                    "must be 1-1000: a store slower than that costs every call its wait",
+                ));
+            }
+            if r.key_prefix.len() > 64 || r.key_prefix.bytes().any(|b| !b.is_ascii_graphic()) {
+                errs.push(ConfigError::new(
+                    "policy.rateLimit.store.redis.keyPrefix",
+                    "must be at most 64 visible ASCII characters",
+                ));
+            }
+            for (key, f) in [("passwordFile", &r.password_file), ("caFile", &r.ca_file)] {
+                if f.as_deref().is_some_and(str::is_empty) {
+                    errs.push(ConfigError::new(
+                        format!("policy.rateLimit.store.redis.{key}"),
+                        "must be a file path",
+                    ));
+                }
+            }
+        }
         let a = &p.auth;
         use crate::AuthMode;
         if matches!(a.mode, AuthMode::Bearer | AuthMode::ApiKey | AuthMode::CustomHeaders)
@@ -278,6 +304,12 @@ impl ProxyConfig {
         }
         if s.admin_token_file.as_deref().is_some_and(str::is_empty) {
             errs.push(ConfigError::new("server.adminTokenFile", "must be a file path"));
+        }
+        if s.session_key_file.as_deref().is_some_and(str::is_empty) {
+            errs.push(ConfigError::new("server.sessionKeyFile", "must be a file path"));
+        }
+        if s.session_ttl_seconds == 0 {
+            errs.push(ConfigError::new("server.sessionTtlSeconds", "must be at least 1"));
         }
         if !s.path.starts_with('/') || s.path.contains(['?', '#', ' ']) {
             errs.push(ConfigError::new(

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 use toolgate_config::Tier;
 
+use super::admit::Verdict;
 use super::{code, finish, invalid_arguments, rate_limited, Caller, Peer, Reply, Shared};
 use crate::audit::{self, AuditRecord, Auditor, ClientInfo};
 use crate::envelope::{ErrorEntry, Outcome};
@@ -112,7 +113,7 @@ impl CallAudit {
 
     pub(crate) fn set_peer(&mut self, p: &Peer) {
         if let Some(r) = self.rec.as_mut() {
-            r.session_id = p.session.map(|s| s.id.to_string());
+            r.session_id = p.session.map(|s| s.handle.to_string());
             r.client = p.client.clone();
             r.protocol_version = Some(p.version);
         }
@@ -260,15 +261,31 @@ pub(crate) async fn tools_call(
         }
     }
     audit.set_tool(tool.tier, tool.safety.as_str());
-    if let Err(retry) = shared.limiters.identity.check(&who.subject, rt.limits.per_identity) {
-        audit.finish("rate_limited", "identity", None);
-        return Reply::Http(rate_limited(Some(id), "identity", retry));
-    }
-    if let Some(rate) = rt.limits.per_tool.get(name) {
-        let key = format!("{}\u{0}{name}", who.subject);
-        if let Err(retry) = shared.limiters.tool.check(&key, *rate) {
-            audit.finish("rate_limited", "tool", None);
-            return Reply::Http(rate_limited(Some(id), "tool", retry));
+    match super::admit::admit(shared, rt, who, tool, peer.session).await {
+        Verdict::Admitted => {}
+        Verdict::Limited(scope, retry) => {
+            audit.finish("rate_limited", scope, None);
+            return Reply::Http(rate_limited(Some(id), scope, retry));
+        }
+        Verdict::Revoked => {
+            audit.finish("invalid", "unknown_session", None);
+            return Reply::Http(super::rpc_error(
+                StatusCode::NOT_FOUND,
+                Some(id),
+                code::SESSION_NOT_FOUND,
+                "Session not found or expired: send initialize again",
+                None,
+            ));
+        }
+        Verdict::Unavailable => {
+            let outcome = Outcome::failed(ErrorEntry::new(
+                "rate_limit_unavailable",
+                "Write actions are paused because the shared rate-limit store does not answer; try again shortly",
+                "Las acciones de escritura están pausadas porque el almacén compartido de límites no responde; intenta en un momento",
+                true,
+            ));
+            audit.finish("denied", "store_unavailable", Some(&outcome));
+            return finish(tool, &outcome, started);
         }
     }
     let auditor = shared.auditor.load();

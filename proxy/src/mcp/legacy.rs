@@ -4,7 +4,6 @@
 //! opened it; `DELETE` ends it; `ping` answers.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use super::{
     call, client_ip, code, empty, gate, header_str, limiter_key, rate_limited, refuse_call, rpc_error, tools_list,
     Body, Caller, Incoming, Peer, Reply, Shared, SESSION_HEADER,
 };
+use super::{sealed, session, session::Session};
 use crate::runtime::Runtime;
 use crate::trace::TraceContext;
 
@@ -41,8 +41,6 @@ pub(crate) async fn serve(
         };
         return initialize(shared, rt, caller, id, params);
     }
-    let server = &rt.config.server;
-    let ttl = Duration::from_secs(server.session_ttl_seconds);
     let session = match header_str(headers, SESSION_HEADER) {
         None => Err((
             StatusCode::BAD_REQUEST,
@@ -51,16 +49,16 @@ pub(crate) async fn serve(
             "missing_session",
         )),
         // A session belongs to the subject that opened it; to anyone else it does not exist.
-        Some(sid) => shared
-            .sessions
-            .get(sid, ttl)
-            .filter(|s| s.subject == caller.identity.subject)
-            .ok_or((
+        Some(sid) => match find(shared, rt, sid, &caller.identity.subject) {
+            // A tools/call checks the revocation in the same store round trip as its limits.
+            Some(s) if method == Some("tools/call") || !super::admit::session_revoked(shared, &s).await => Ok(s),
+            _ => Err((
                 StatusCode::NOT_FOUND,
                 code::SESSION_NOT_FOUND,
                 "Session not found or expired: send initialize again",
                 "unknown_session",
             )),
+        },
     };
     let session = match session {
         Ok(s) => s,
@@ -68,6 +66,7 @@ pub(crate) async fn serve(
             return refuse_call(audit, params, reason, rpc_error(status, id, code, message, None));
         }
     };
+    info.session = Some(session.handle.chars().take(128).collect());
     // A supported MCP-Protocol-Version that differs from the negotiated one is tolerated (the
     // specification refuses only invalid or unsupported ones, and the conformance suite sends
     // such requests); the session's negotiated version decides the error semantics.
@@ -76,9 +75,6 @@ pub(crate) async fn serve(
 
     // Responses and notifications: accepted, nothing to answer.
     let (Some(method), Some(id)) = (method, id) else {
-        if method == Some("notifications/initialized") {
-            session.initialized.store(true, Ordering::Relaxed);
-        }
         return empty(StatusCode::ACCEPTED);
     };
     let peer = Peer {
@@ -122,14 +118,28 @@ fn initialize(shared: &Shared, rt: &Runtime, caller: &Caller, id: &Value, params
             .and_then(Value::as_str)
             .map(|s| s.chars().take(128).collect::<String>())
     };
-    let session = shared.sessions.create(
-        version,
-        field("name"),
-        field("version"),
-        caller.identity.subject.clone(),
-        Duration::from_secs(server.session_ttl_seconds),
-        server.max_sessions,
-    );
+    let ttl = Duration::from_secs(server.session_ttl_seconds);
+    let who = &caller.identity;
+    let session = match &rt.session_keys {
+        Some(keys) => session::seal(
+            keys,
+            version,
+            field("name"),
+            field("version"),
+            &who.subject,
+            who.rank,
+            ttl,
+        ),
+        None => shared.sessions.create(
+            version,
+            field("name"),
+            field("version"),
+            &who.subject,
+            who.rank,
+            ttl,
+            server.max_sessions,
+        ),
+    };
     // listChanged is false: a 2025 session has no server stream to send it on.
     let mut result = json!({
         "protocolVersion": version,
@@ -178,26 +188,69 @@ pub(crate) async fn delete(
         Ok(c) => c,
         Err(r) => return r.response,
     };
-    let ttl = Duration::from_secs(rt.config.server.session_ttl_seconds);
-    match header_str(&parts.headers, SESSION_HEADER) {
-        None => rpc_error(
+    let Some(sid) = header_str(&parts.headers, SESSION_HEADER) else {
+        return rpc_error(
             StatusCode::BAD_REQUEST,
             None,
             code::INVALID_REQUEST,
             "Bad Request: Mcp-Session-Id header is required",
             None,
-        ),
-        Some(id) => match shared.sessions.get(id, ttl) {
-            Some(s) if s.subject == caller.identity.subject && shared.sessions.remove(id) => {
-                empty(StatusCode::NO_CONTENT)
-            }
-            _ => rpc_error(
-                StatusCode::NOT_FOUND,
-                None,
-                code::SESSION_NOT_FOUND,
-                "Session not found",
-                None,
-            ),
-        },
+        );
+    };
+    let not_found = || {
+        rpc_error(
+            StatusCode::NOT_FOUND,
+            None,
+            code::SESSION_NOT_FOUND,
+            "Session not found",
+            None,
+        )
+    };
+    let Some(session) = find(shared, rt, sid, &caller.identity.subject) else {
+        return not_found();
+    };
+    let Some(remaining) = session.remaining() else {
+        // In memory: ending it here ends it.
+        return if shared.sessions.remove(sid) {
+            empty(StatusCode::NO_CONTENT)
+        } else {
+            not_found()
+        };
+    };
+    if super::admit::session_revoked(shared, &session).await {
+        return not_found();
     }
+    shared.revoked.insert(&session, rt.config.server.max_sessions);
+    let Some(store) = shared.store.load_full() else {
+        // Without a shared store only this replica knows (documented): the id keeps opening on
+        // the others until it expires.
+        return empty(StatusCode::NO_CONTENT);
+    };
+    match store.revoke(&session.subject, &session.handle, remaining).await {
+        Ok(()) => empty(StatusCode::NO_CONTENT),
+        // Not ended everywhere: say so, rather than a 204 that other replicas would contradict.
+        Err(e) => {
+            tracing::warn!(error = ?e, "DELETE could not record the revocation in the shared store");
+            rpc_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                code::INTERNAL_ERROR,
+                "Service unavailable: the session ended on this replica only; try DELETE again",
+                None,
+            )
+        }
+    }
+}
+
+/// The session `id` of `subject`: sealed when it carries the sealed prefix and this server
+/// has keys, from the in-memory table otherwise; `None` if unknown, expired, ended here, or
+/// another subject's.
+fn find(shared: &Shared, rt: &Runtime, id: &str, subject: &str) -> Option<Arc<Session>> {
+    let session = match &rt.session_keys {
+        Some(keys) if id.starts_with(sealed::PREFIX) => session::open(keys, id)?,
+        _ => shared
+            .sessions
+            .get(id, Duration::from_secs(rt.config.server.session_ttl_seconds))?,
+    };
+    (session.belongs_to(subject) && !shared.revoked.contains(&session)).then_some(session)
 }

@@ -1,6 +1,7 @@
 //! MCP over Streamable HTTP: one JSON-RPC message per POST, JSON responses (no server stream),
 //! sessions, version negotiation, Origin checks and the `tools/*` methods.
 
+mod admit;
 pub mod args;
 pub mod body;
 pub mod call;
@@ -8,6 +9,7 @@ mod legacy;
 pub mod modern;
 pub mod peek;
 mod refused;
+pub mod sealed;
 pub mod session;
 pub mod subscriptions;
 
@@ -70,8 +72,12 @@ pub mod code {
 pub struct Shared {
     /// The live config generation.
     pub runtime: ArcSwap<Runtime>,
-    /// MCP sessions.
+    /// In-memory MCP sessions (without `server.sessionKeyFile`).
     pub sessions: Sessions,
+    /// Sealed sessions ended here (the shared store tells the other replicas).
+    pub revoked: session::Revoked,
+    /// The shared store, when configured (replaced when its settings change).
+    pub store: arc_swap::ArcSwapOption<crate::store::Store>,
     /// Set on SIGTERM: readiness fails while in-flight calls drain.
     pub draining: AtomicBool,
     /// Rate limiters; their state survives reloads.
@@ -147,9 +153,11 @@ impl Shared {
     pub fn new(runtime: Runtime) -> Self {
         let max = runtime.limits.max_keys;
         let auditor = Auditor::start(&runtime.config.policy.audit);
-        Self {
+        let shared = Self {
             runtime: ArcSwap::from_pointee(runtime),
             sessions: Sessions::default(),
+            revoked: session::Revoked::default(),
+            store: arc_swap::ArcSwapOption::empty(),
             draining: AtomicBool::new(false),
             limiters: Limiters {
                 ip: Limiter::new(max),
@@ -164,16 +172,41 @@ impl Shared {
                     .min(call::MAX_VALIDATION_SLOTS),
             )),
             subscriptions: subscriptions::Subscriptions::default(),
-        }
+        };
+        shared.adopt_store(&shared.runtime.load());
+        shared
     }
 
-    /// Applies the settings of a new generation that live outside it (limiter caps, audit sink).
+    /// Applies the settings of a new generation that live outside it (limiter caps, audit
+    /// sink, shared store).
     pub fn adopt(&self, rt: &Runtime) {
         for l in [&self.limiters.ip, &self.limiters.identity, &self.limiters.tool] {
             l.set_max_keys(rt.limits.max_keys);
         }
         if self.auditor.load().config != rt.config.policy.audit {
             self.auditor.store(Arc::new(Auditor::start(&rt.config.policy.audit)));
+        }
+        self.adopt_store(rt);
+    }
+
+    /// Connects to the generation's shared store unless already connected with its settings.
+    fn adopt_store(&self, rt: &Runtime) {
+        let current = self.store.load();
+        if current.as_ref().map(|s| &s.settings) == rt.store.as_ref() {
+            return;
+        }
+        match &rt.store {
+            None => {
+                crate::metrics::METRICS.store_up.set(0);
+                self.store.store(None);
+            }
+            Some(settings) => match crate::store::Store::connect(settings.clone()) {
+                Ok(s) => self.store.store(Some(Arc::new(s))),
+                Err(e) => {
+                    // The URL was checked when the generation compiled; keep the old store.
+                    tracing::error!(error = %e, "the shared store cannot be used; the previous settings stay");
+                }
+            },
         }
     }
 }
@@ -906,10 +939,11 @@ pub(crate) struct Peer<'a> {
 }
 
 impl Peer<'_> {
-    /// Whether this caller was shown the tools of role rank `rank` (only a session remembers;
-    /// a stateless caller never was, so a tool above its role stays hidden).
+    /// Whether the tools of role rank `rank` were in this caller's view: its session was
+    /// opened at that rank or higher (only a session remembers; to a stateless caller a tool
+    /// above its role stays hidden).
     pub fn was_shown_rank(&self, rank: usize) -> bool {
-        self.session.is_some_and(|s| s.was_shown_rank(rank))
+        self.session.is_some_and(|s| s.rank >= rank)
     }
 }
 
@@ -922,9 +956,6 @@ pub(crate) fn visible<'a>(rt: &'a Runtime, who: &'a Identity) -> impl Iterator<I
 }
 
 pub(crate) fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Option<&Value>) -> Reply {
-    if let Some(s) = peer.session {
-        s.saw_tools_at_rank(who.rank);
-    }
     let page = rt.config.server.page_size;
     let tools: Vec<&CompiledTool> = visible(rt, who).collect();
     let start = match params.and_then(|p| p.get("cursor")) {

@@ -1,32 +1,116 @@
-//! MCP sessions: a cryptographically random `Mcp-Session-Id` per `initialize`, ended by
-//! `DELETE`, by idling past the TTL, or to make room when the table is full.
+//! MCP sessions of the 2025 revisions. With `server.sessionKeyFile` an id is sealed (see
+//! [`super::sealed`]): any replica holding the key accepts it, it lives `sessionTtlSeconds`
+//! from `initialize`, and `DELETE` revokes it (in the shared store when there is one, so on
+//! every replica). Without a key, sessions live in this table: a cryptographically random id
+//! per `initialize`, ended by `DELETE`, by idling past the TTL, or to make room when the table
+//! is full (one replica only).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::sealed::{subject_digest, Claims, SessionKeys};
 
 /// One client session.
 #[derive(Debug)]
 pub struct Session {
     /// The id sent in `Mcp-Session-Id`.
     pub id: Arc<str>,
+    /// What audit records, traces and revocations name the session by: the id itself for an
+    /// in-memory session, the sealed id's random handle otherwise.
+    pub handle: Arc<str>,
     /// The negotiated protocol version.
     pub version: &'static str,
     /// `clientInfo.name` from initialize.
     pub client_name: Option<String>,
     /// `clientInfo.version` from initialize.
     pub client_version: Option<String>,
-    /// The authenticated subject that opened the session; only it may use the session.
+    /// Digest of the authenticated subject that opened the session; only it may use it.
     pub subject: String,
-    /// `notifications/initialized` arrived.
-    pub initialized: AtomicBool,
-    /// The highest role rank at which this session was shown `tools/list` (plus one; 0: never).
-    listed_rank: AtomicUsize,
+    /// The subject's role rank at initialize: the tools up to it were in its view, so a later
+    /// call to one of them that its (since lowered) role cannot make gets a clear refusal
+    /// rather than "unknown tool".
+    pub rank: usize,
+    /// Sealed sessions: when the id stops opening (Unix seconds).
+    pub expires: Option<u64>,
+    anonymous: bool,
     last_seen_ms: AtomicU64,
 }
 
-/// The session table.
+impl Session {
+    /// Whether `subject` (not digested) opened this session.
+    pub fn belongs_to(&self, subject: &str) -> bool {
+        self.subject == subject_digest(subject)
+    }
+
+    /// Seconds until a sealed session expires (at least 1); `None` for an in-memory one.
+    pub fn remaining(&self) -> Option<Duration> {
+        self.expires
+            .map(|e| Duration::from_secs(e.saturating_sub(unix_now()).max(1)))
+    }
+}
+
+/// Unix time in seconds.
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A new sealed session's id and state.
+pub fn seal(
+    keys: &SessionKeys,
+    version: &'static str,
+    client_name: Option<String>,
+    client_version: Option<String>,
+    subject: &str,
+    rank: usize,
+    ttl: Duration,
+) -> Arc<Session> {
+    let issued = unix_now();
+    let claims = Claims {
+        handle: super::sealed::random_handle(),
+        subject: subject_digest(subject),
+        version: version.into(),
+        client_name,
+        client_version,
+        rank,
+        issued,
+        expires: issued.saturating_add(ttl.as_secs()),
+    };
+    let id = keys.seal(&claims);
+    from_claims(id, claims, version)
+}
+
+/// The sealed session `id`, if a key opens it and it has not expired (the subject and
+/// revocations are the caller's to check).
+pub fn open(keys: &SessionKeys, id: &str) -> Option<Arc<Session>> {
+    let claims = keys.open(id)?;
+    if claims.expires <= unix_now() {
+        return None;
+    }
+    let version = toolgate_config::LEGACY_PROTOCOL_VERSIONS
+        .iter()
+        .copied()
+        .find(|v| *v == claims.version)?;
+    Some(from_claims(id.to_string(), claims, version))
+}
+
+fn from_claims(id: String, c: Claims, version: &'static str) -> Arc<Session> {
+    Arc::new(Session {
+        id: Arc::from(id),
+        handle: Arc::from(c.handle),
+        version,
+        client_name: c.client_name,
+        client_version: c.client_version,
+        anonymous: c.subject == subject_digest("anonymous"),
+        subject: c.subject,
+        rank: c.rank,
+        expires: Some(c.expires),
+        last_seen_ms: AtomicU64::new(0),
+    })
+}
+
+/// The in-memory session table.
 pub struct Sessions {
     map: RwLock<HashMap<Arc<str>, Arc<Session>>>,
     epoch: Instant,
@@ -45,24 +129,7 @@ impl Default for Sessions {
 pub fn new_id() -> String {
     let mut buf = [0u8; 32];
     getrandom::fill(&mut buf).expect("the OS random number generator is available");
-    let mut s = String::with_capacity(64);
-    for b in buf {
-        s.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        s.push(char::from_digit(u32::from(b & 15), 16).unwrap_or('0'));
-    }
-    s
-}
-
-impl Session {
-    /// Records that the session was shown the tools visible at role `rank`.
-    pub fn saw_tools_at_rank(&self, rank: usize) {
-        self.listed_rank.fetch_max(rank + 1, Ordering::Relaxed);
-    }
-
-    /// Whether the session was shown the tools a caller of role `rank` sees.
-    pub fn was_shown_rank(&self, rank: usize) -> bool {
-        self.listed_rank.load(Ordering::Relaxed) > rank
-    }
+    super::sealed::hex(&buf)
 }
 
 impl Sessions {
@@ -71,12 +138,14 @@ impl Sessions {
     }
 
     /// Creates a session, evicting expired ones (or the longest idle) when `max` are live.
+    #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
         version: &'static str,
         client_name: Option<String>,
         client_version: Option<String>,
-        subject: String,
+        subject: &str,
+        rank: usize,
         ttl: Duration,
         max: usize,
     ) -> Arc<Session> {
@@ -84,18 +153,20 @@ impl Sessions {
         let id: Arc<str> = Arc::from(new_id());
         let session = Arc::new(Session {
             id: id.clone(),
+            handle: id.clone(),
             version,
             client_name,
             client_version,
-            subject,
-            initialized: AtomicBool::new(false),
-            listed_rank: AtomicUsize::new(0),
+            subject: subject_digest(subject),
+            rank,
+            expires: None,
+            anonymous: subject == "anonymous",
             last_seen_ms: AtomicU64::new(now),
         });
         let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
         // One subject may hold at most half the table, so no single caller can push everyone
         // else's sessions out (not applied to `anonymous`, the only subject without auth).
-        if session.subject != "anonymous" {
+        if !session.anonymous {
             let cap = (max / 2).max(1);
             let mut own: Vec<(u64, Arc<str>)> = map
                 .iter()
@@ -165,6 +236,40 @@ impl Sessions {
     }
 }
 
+/// Sealed sessions ended by `DELETE` on this replica, until they expire (the shared store
+/// carries them to the other replicas). Bounded: when full, the entry closest to expiry goes.
+#[derive(Default)]
+pub struct Revoked {
+    map: Mutex<HashMap<Arc<str>, u64>>,
+}
+
+impl Revoked {
+    /// Remembers that `session` ended; at most `max` entries are kept.
+    pub fn insert(&self, session: &Session, max: usize) {
+        let Some(expires) = session.expires else { return };
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= max.max(1) {
+            let now = unix_now();
+            map.retain(|_, e| *e > now);
+            while map.len() >= max.max(1) {
+                let Some(k) = map.iter().min_by_key(|(_, e)| **e).map(|(k, _)| k.clone()) else {
+                    break;
+                };
+                map.remove(&k);
+            }
+        }
+        map.insert(session.handle.clone(), expires);
+    }
+
+    /// Whether `session` was ended here.
+    pub fn contains(&self, session: &Session) -> bool {
+        self.map
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&session.handle)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,13 +285,47 @@ mod tests {
     }
 
     #[test]
+    fn sealed_sessions_open_until_they_expire_and_name_their_subject_by_digest() {
+        use base64::Engine;
+        let keys = SessionKeys::parse(&base64::engine::general_purpose::STANDARD.encode([9u8; 32])).unwrap();
+        let s = seal(&keys, "2025-06-18", Some("sdk".into()), None, "ops", 2, TTL);
+        let back = open(&keys, &s.id).expect("opens");
+        assert_eq!(
+            (back.version, back.rank, back.client_name.as_deref()),
+            ("2025-06-18", 2, Some("sdk"))
+        );
+        assert_eq!(back.handle, s.handle);
+        assert_eq!(s.handle.len(), 32);
+        assert!(back.belongs_to("ops") && !back.belongs_to("other"));
+        assert!(back.remaining().unwrap() <= TTL);
+        let expired = seal(&keys, "2025-06-18", None, None, "ops", 0, Duration::ZERO);
+        assert!(open(&keys, &expired.id).is_none(), "an expired id does not open");
+    }
+
+    #[test]
+    fn revocations_are_bounded_and_keep_the_latest() {
+        use base64::Engine;
+        let keys = SessionKeys::parse(&base64::engine::general_purpose::STANDARD.encode([9u8; 32])).unwrap();
+        let r = Revoked::default();
+        let first = seal(&keys, "2025-06-18", None, None, "a", 0, Duration::from_secs(10));
+        let later = seal(&keys, "2025-06-18", None, None, "a", 0, Duration::from_secs(1000));
+        r.insert(&first, 2);
+        r.insert(&later, 2);
+        assert!(r.contains(&first) && r.contains(&later));
+        let third = seal(&keys, "2025-06-18", None, None, "a", 0, Duration::from_secs(500));
+        r.insert(&third, 2);
+        assert!(!r.contains(&first), "the entry closest to expiry makes room");
+        assert!(r.contains(&later) && r.contains(&third));
+    }
+
+    #[test]
     fn removed_and_expired_sessions_are_gone() {
         let s = Sessions::default();
-        let a = s.create("2025-06-18", None, None, "s".into(), TTL, 10);
+        let a = s.create("2025-06-18", None, None, "s", 0, TTL, 10);
         assert!(s.get(&a.id, TTL).is_some());
         assert!(s.remove(&a.id));
         assert!(s.get(&a.id, TTL).is_none());
-        let b = s.create("2025-06-18", None, None, "s".into(), TTL, 10);
+        let b = s.create("2025-06-18", None, None, "s", 0, TTL, 10);
         std::thread::sleep(Duration::from_millis(5));
         assert!(s.get(&b.id, Duration::from_millis(1)).is_none());
     }
@@ -194,10 +333,10 @@ mod tests {
     #[test]
     fn one_subject_cannot_push_out_everyone_else() {
         let s = Sessions::default();
-        let other = s.create("2025-06-18", None, None, "victim".into(), TTL, 4);
+        let other = s.create("2025-06-18", None, None, "victim", 0, TTL, 4);
         for _ in 0..10 {
             std::thread::sleep(Duration::from_millis(1));
-            s.create("2025-06-18", None, None, "flooder".into(), TTL, 4);
+            s.create("2025-06-18", None, None, "flooder", 0, TTL, 4);
         }
         assert!(s.get(&other.id, TTL).is_some(), "the other subject's session survives");
         assert_eq!(s.len(), 3, "the flooder holds at most half the table");
@@ -206,13 +345,13 @@ mod tests {
     #[test]
     fn the_table_is_bounded_and_evicts_the_longest_idle() {
         let s = Sessions::default();
-        let first = s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
+        let first = s.create("2025-06-18", None, None, "anonymous", 0, TTL, 3);
         std::thread::sleep(Duration::from_millis(2));
-        let second = s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
+        let second = s.create("2025-06-18", None, None, "anonymous", 0, TTL, 3);
         std::thread::sleep(Duration::from_millis(2));
         s.get(&first.id, TTL);
-        s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
-        s.create("2025-06-18", None, None, "anonymous".into(), TTL, 3);
+        s.create("2025-06-18", None, None, "anonymous", 0, TTL, 3);
+        s.create("2025-06-18", None, None, "anonymous", 0, TTL, 3);
         assert_eq!(s.len(), 3);
         assert!(s.get(&second.id, TTL).is_none(), "the longest-idle session is evicted");
         assert!(s.get(&first.id, TTL).is_some());

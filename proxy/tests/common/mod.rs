@@ -13,6 +13,8 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use toolgate_proxy::{start, Running, StartOptions};
 
+pub mod services;
+
 pub const TOOLS: &str = r#"
 tools:
   - name: get_customer
