@@ -45,6 +45,9 @@ kubectl wait --for=condition=Established crd/mcpservers.toolgate.dev crd/mcptool
 echo "==> example service on 127.0.0.1:8080, example/k8s/ applied, toolgate-operator"
 "$BIN/example-service" --listen 127.0.0.1:8080 & pids+=($!)
 kubectl apply -f example/k8s/shop.yaml -f example/k8s/tools.yaml
+# No kubelet here mounts Secrets (only the ConfigMap is played below), so this one-proxy demo
+# keeps its sessions in memory instead of sealing them with the <server>-session-keys Secret.
+kubectl patch mcpserver shop -n demo --type merge -p '{"spec":{"sessions":{"sealed":false}}}' >/dev/null
 "$BIN/toolgate-operator" --admin-listen 127.0.0.1:8081 --namespace demo --lease-namespace demo \
   2>"$WORK/operator.log" & pids+=($!)
 if ! kubectl wait mcpserver/shop -n demo --for=condition=Ready --timeout=60s >/dev/null; then

@@ -30,12 +30,15 @@ pub const NO_TOKEN_VOLUME: &str = "toolgate-no-token";
 /// Where the kubelet mounts a pod's ServiceAccount token.
 pub const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Every volume name the operator may add to a pod.
-pub const VOLUMES: [&str; 5] = [
+pub const VOLUMES: [&str; 8] = [
     CONFIG_VOLUME,
     NO_TOKEN_VOLUME,
     "toolgate-auth-credentials",
     "toolgate-oauth-jwks",
     "toolgate-upstream-credential",
+    "toolgate-session-keys",
+    "toolgate-store-password",
+    "toolgate-store-ca",
 ];
 
 /// Operator-wide settings that end up in pods.
@@ -43,12 +46,16 @@ pub const VOLUMES: [&str; 5] = [
 pub struct ProxyDefaults {
     /// Image used when the McpServer names none.
     pub image: String,
+    /// How long each step of a session-key rotation is held, so the kubelet brings every
+    /// replica's mounted copy of the Secret up to date first.
+    pub session_key_propagation: std::time::Duration,
 }
 
 impl Default for ProxyDefaults {
     fn default() -> Self {
         Self {
             image: format!("toolgate/toolgate-proxy:{}", env!("CARGO_PKG_VERSION")),
+            session_key_propagation: std::time::Duration::from_secs(120),
         }
     }
 }

@@ -11,5 +11,6 @@ pub mod leader;
 pub mod metrics;
 pub mod objects;
 pub mod render;
+pub mod sessionkeys;
 pub mod status;
 pub mod testing;

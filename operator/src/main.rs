@@ -35,6 +35,8 @@ const USAGE: &str = "usage: toolgate-operator [options]
                             --proxy-image)
   --trust-namespace-secrets mount any Secret an McpServer names in its namespace (default:
                             only Secrets labelled toolgate.dev/usage=proxy)
+  --session-key-propagation-seconds N  how long each step of a session-key rotation is held
+                            so every pod's mounted Secret is up to date (default 120; 1-3600)
   --protected-namespace NS  never serve McpServers in NS (default env POD_NAMESPACE, else the
                             service account's namespace: the operator's own)
 The Kubernetes API is reached through KUBECONFIG or the in-cluster service account.";
@@ -59,6 +61,7 @@ fn parse(args: &[String]) -> Result<Flags, String> {
     let mut protected = own_ns;
     let mut allowed_images = env("TOOLGATE_ALLOWED_PROXY_IMAGES");
     let mut trust_secrets = false;
+    let mut propagation = None;
     let mut lease_name = "toolgate-operator".to_string();
     let host = env("HOSTNAME").unwrap_or_else(|| "toolgate-operator".into());
     let mut identity = env("POD_NAME").unwrap_or_else(|| format!("{host}-{}", std::process::id()));
@@ -93,6 +96,15 @@ fn parse(args: &[String]) -> Result<Flags, String> {
             "--no-leader-election" => election = false,
             "--allowed-proxy-images" => allowed_images = Some(value()?),
             "--trust-namespace-secrets" => trust_secrets = true,
+            "--session-key-propagation-seconds" => {
+                propagation = Some(
+                    value()?
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|n| (1..=3600).contains(n))
+                        .ok_or("--session-key-propagation-seconds must be 1-3600")?,
+                )
+            }
             "--protected-namespace" => protected = Some(value()?).filter(|n| !n.is_empty()),
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
@@ -104,6 +116,9 @@ fn parse(args: &[String]) -> Result<Flags, String> {
     let mut defaults = ProxyDefaults::default();
     if let Some(i) = image {
         defaults.image = i;
+    }
+    if let Some(p) = propagation {
+        defaults.session_key_propagation = std::time::Duration::from_secs(p);
     }
     let guard = Guard {
         allowed_images: allowed_images

@@ -25,6 +25,12 @@ fn labels(server: &McpServer, component: &str) -> Value {
     })
 }
 
+/// Metadata of an object the operator owns for `server`: labels and the controller owner
+/// reference.
+pub fn owned_meta(server: &McpServer, name: &str, component: &str) -> Value {
+    meta(server, name, component)
+}
+
 fn meta(server: &McpServer, name: &str, component: &str) -> Value {
     let owner = json!({
         "apiVersion": "toolgate.dev/v1alpha1",

@@ -123,6 +123,14 @@ pub fn service_name(server: &McpServer) -> String {
     format!("{}-mcp", server.metadata.name.as_deref().unwrap_or_default())
 }
 
+/// `<server>-session-keys`: the Secret the operator keeps the session keys in.
+pub fn session_secret_name(server: &McpServer) -> String {
+    format!("{}-session-keys", server.metadata.name.as_deref().unwrap_or_default())
+}
+
+/// Key of the session keys in their Secret (one base64 key per line, the first sealing).
+pub const SESSION_KEYS_KEY: &str = "keys";
+
 /// `<server>-toolgate`: the ConfigMap holding the rendered ProxyConfig.
 pub fn configmap_name(server: &McpServer) -> String {
     format!("{}-toolgate", server.metadata.name.as_deref().unwrap_or_default())
@@ -166,7 +174,20 @@ pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
         mounts.push(m);
     }
 
+    let sessions = spec.sessions.as_ref();
+    let session_key_file = crate::crd::ServerSessions::sealed(sessions).then(|| {
+        let m = SecretMount {
+            volume: "session-keys",
+            secret: session_secret_name(server),
+            key: SESSION_KEYS_KEY.into(),
+        };
+        let file = m.file();
+        mounts.push(m);
+        file
+    });
     let server_cfg = ServerConfig {
+        session_ttl_seconds: crate::crd::ServerSessions::ttl_seconds(sessions),
+        session_key_file,
         listen: format!("0.0.0.0:{}", spec.port),
         admin_listen: format!("0.0.0.0:{}", spec.admin_port),
         allowed_origins: spec.allowed_origins.clone(),
@@ -401,7 +422,41 @@ fn policy_json(server: &McpServer, mounts: &mut Vec<SecretMount>) -> Value {
         policy.insert("auth".into(), auth.into());
     }
     if let Some(r) = &spec.rate_limit {
-        policy.insert("rateLimit".into(), json!(r));
+        let mut rate_limit = json!(r);
+        if let (Some(store), Some(obj)) = (&r.store, rate_limit.as_object_mut()) {
+            let redis = &store.redis;
+            let mut doc = Map::new();
+            doc.insert("url".into(), redis.url.as_str().into());
+            if let Some(u) = &redis.username {
+                doc.insert("username".into(), u.as_str().into());
+            }
+            if let Some(p) = &redis.password_secret_ref {
+                let m = SecretMount::new("store-password", p);
+                doc.insert("passwordFile".into(), m.file().into());
+                mounts.push(m);
+            }
+            if let Some(c) = &redis.ca_secret_ref {
+                let m = SecretMount::new("store-ca", c);
+                doc.insert("caFile".into(), m.file().into());
+                mounts.push(m);
+            }
+            let prefix = redis.key_prefix.clone().unwrap_or_else(|| {
+                format!(
+                    "toolgate:{}:{}:",
+                    server.metadata.namespace.as_deref().unwrap_or("default"),
+                    server.metadata.name.as_deref().unwrap_or_default()
+                )
+            });
+            doc.insert("keyPrefix".into(), prefix.into());
+            if let Some(t) = redis.timeout_ms {
+                doc.insert("timeoutMs".into(), t.into());
+            }
+            if let Some(f) = redis.failure_policy {
+                doc.insert("failurePolicy".into(), json!(f));
+            }
+            obj.insert("store".into(), json!({"redis": doc}));
+        }
+        policy.insert("rateLimit".into(), rate_limit);
     }
     if let Some(a) = &spec.audit {
         let mut audit = serde_json::to_value(a).unwrap_or_default();
@@ -433,7 +488,9 @@ mod tests {
         McpServer::test("shop").writable().with(json!({
             "auth": {"mode": "apiKey", "credentialsSecretRef": {"name": "shop-keys", "key": "credentials.yaml"}},
             "upstream": {"timeoutMs": 5000, "credential": {"header": "Authorization", "prefix": "Bearer ", "secretRef": {"name": "shop-upstream", "key": "token"}}},
-            "rateLimit": {"perIdentity": {"requests": 30, "windowSeconds": 60}, "trustedProxies": ["10.0.0.0/8"]},
+            "rateLimit": {"perIdentity": {"requests": 30, "windowSeconds": 60}, "trustedProxies": ["10.0.0.0/8"],
+                          "store": {"redis": {"url": "rediss://redis.shop.svc:6380/2", "passwordSecretRef": {"name": "shop-redis", "key": "password"}, "failurePolicy": "failClosed"}}},
+            "sessions": {"ttlSeconds": 7200},
             "audit": {"failurePolicy": "failClosed", "redactArguments": ["/card"]}
         }))
     }
@@ -475,6 +532,16 @@ mod tests {
                     "auth-credentials",
                     "shop-keys",
                     "/etc/toolgate/secrets/auth-credentials/credentials.yaml".to_string()
+                ),
+                (
+                    "session-keys",
+                    "shop-session-keys",
+                    "/etc/toolgate/secrets/session-keys/keys".to_string()
+                ),
+                (
+                    "store-password",
+                    "shop-redis",
+                    "/etc/toolgate/secrets/store-password/password".to_string()
                 ),
                 (
                     "upstream-credential",

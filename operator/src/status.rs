@@ -40,6 +40,8 @@ pub mod reason {
     pub const NOT_SELECTED: &str = "NotSelected";
     /// The ConfigMap was written.
     pub const CONFIG_APPLIED: &str = "ConfigApplied";
+    /// A session-key rotation moved to its next step (Event).
+    pub const SESSION_KEY_ROTATED: &str = "SessionKeyRotated";
     /// The server's own settings do not make a valid ProxyConfig.
     pub const INVALID_SERVER_CONFIG: &str = "InvalidServerConfig";
     /// The Deployment has the sidecar.

@@ -278,7 +278,27 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
         .get("shop-toolgate")
         .await
         .unwrap();
-    assert!(cm.data.unwrap()["proxy.yaml"].contains("get_customer"));
+    let text = cm.data.unwrap()["proxy.yaml"].clone();
+    assert!(text.contains("get_customer"));
+    assert!(
+        text.contains("sessionKeyFile: /etc/toolgate/secrets/session-keys/keys"),
+        "{text}"
+    );
+    // The session key, written with the chart's identity through its admission policy.
+    let keys = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.clone(), &ns)
+        .get("shop-session-keys")
+        .await
+        .unwrap();
+    let line = String::from_utf8(keys.data.unwrap()["keys"].0.clone()).unwrap();
+    use base64::Engine;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(line.trim())
+            .unwrap()
+            .len(),
+        32,
+        "one random 32-byte key"
+    );
     let t = template(&c, &ns, "shop").await;
     assert_eq!(
         t["spec"]["initContainers"][0]["image"], "toolgate/toolgate-proxy:0.1.0",
@@ -332,9 +352,8 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
         assert!(can(verb, resource, &ns), "the operator needs {verb} {resource}");
     }
     for (verb, resource) in [
-        ("create", "secrets"),
-        ("update", "secrets"),
         ("delete", "secrets"),
+        ("patch", "secrets"),
         ("get", "pods"),
         ("create", "pods/exec"),
         ("delete", "mcpservers.toolgate.dev"),
@@ -351,6 +370,43 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
             "the operator must not be able to {verb} {resource}"
         );
     }
+    // RBAC grants create and update on Secrets (a name that does not exist yet cannot be
+    // granted); the chart's admission policy narrows them to the operator's own session keys.
+    let as_operator = |verb: &str, manifest: &str| {
+        let path = control_plane().dir.join(format!("secret-{verb}.yaml"));
+        std::fs::write(&path, manifest).unwrap();
+        Command::new("kubectl")
+            .args([verb, "-f", path.to_str().unwrap(), "-n", &ns, "--as", &who])
+            .env("KUBECONFIG", &control_plane().kubeconfig)
+            .output()
+            .unwrap()
+    };
+    let token_secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: stolen-token\n  annotations: {kubernetes.io/service-account.name: default}\ntype: kubernetes.io/service-account-token\n";
+    let plain_secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: shop-session-keys\n  labels: {app.kubernetes.io/managed-by: toolgate-operator}\ntype: Opaque\nstringData: {keys: x}\n";
+    for (what, manifest) in [
+        ("a service-account token Secret", token_secret),
+        ("a Secret no McpServer controls", plain_secret),
+    ] {
+        let out = as_operator("create", manifest);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("ValidatingAdmissionPolicy"),
+            "the operator must not create {what}: {err}"
+        );
+    }
+    kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "users-secret",
+        "-n",
+        &ns,
+        "--from-literal=k=v",
+    ]);
+    let takeover =
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: users-secret\ntype: Opaque\nstringData: {k: overwritten}\n";
+    let out = as_operator("replace", takeover);
+    assert!(!out.status.success(), "the operator must not overwrite a user's Secret");
     assert!(can("update", "leases.coordination.k8s.io", &release_ns));
     assert!(
         !can("update", "leases.coordination.k8s.io", &ns),

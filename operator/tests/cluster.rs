@@ -169,7 +169,10 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(vols, ["data", "toolgate-config", "toolgate-no-token"]);
+    assert_eq!(
+        vols,
+        ["data", "toolgate-config", "toolgate-no-token", "toolgate-session-keys"]
+    );
     // The proxy container does not see the pod's ServiceAccount token.
     assert!(
         init["volumeMounts"]
@@ -547,7 +550,10 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
         ),
     )
     .await;
-    let spec = json!({"workloadRef": {"name": "shop"}, "upstream": {"port": upstream.port()}, "port": mcp_port, "adminPort": admin_port});
+    // This test plays the kubelet for the ConfigMap only; mounting the session-key Secret is a
+    // node's job, so the one proxy here keeps its sessions in memory.
+    let spec = json!({"workloadRef": {"name": "shop"}, "upstream": {"port": upstream.port()}, "port": mcp_port, "adminPort": admin_port,
+                      "sessions": {"sealed": false}});
     let _: McpServer = apply(&c, &ns, server("shop", spec)).await;
     let _op = Operator::start(&ns, "toolgate", &[]);
     wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;

@@ -76,9 +76,13 @@ pub struct McpServerSpec {
     /// carries the `Unauthenticated` condition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<ServerAuth>,
-    /// Rate limits.
+    /// Rate limits, and the Redis the replicas share them in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<ServerRateLimit>,
+    /// 2025-era MCP sessions: sealed with a key the operator keeps in Secret
+    /// `<server>-session-keys`, so every replica accepts every session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<ServerSessions>,
     /// Agent provenance audit (JSON lines on the proxy's stdout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<ServerAudit>,
@@ -302,6 +306,88 @@ pub struct ServerRateLimit {
     /// Most keys tracked per limiter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_keys: Option<i64>,
+    /// Where per-identity and per-tool limits (and ended sessions) are shared by every
+    /// replica; without it each replica counts on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<ServerStore>,
+}
+
+/// A store shared by the replicas.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerStore {
+    /// A Redis or Valkey server the platform already runs.
+    pub redis: ServerRedis,
+}
+
+/// A Redis or Valkey server.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerRedis {
+    /// `redis://host[:port][/db]` or `rediss://` (TLS); `valkey://`, `valkeys://` too. No user
+    /// info: the password comes from `passwordSecretRef`.
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^(redis|rediss|valkey|valkeys)://[^@/?#]+([/?#].*)?$')").message("redis.url must be redis://host[:port][/db] (or rediss://, valkey://, valkeys://) without user info: put the password in passwordSecretRef"))]
+    pub url: String,
+    /// ACL user (Redis 6+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The password, from a Secret (labelled `toolgate.dev/usage: proxy`, like every Secret the
+    /// proxy mounts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeyRef>,
+    /// PEM CAs for `rediss://`, from a Secret; default the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeyRef>,
+    /// Put before every key; default `toolgate:<namespace>:<server>:`, so servers can share
+    /// one Redis.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_prefix: Option<String>,
+    /// Longest wait for one store operation, 1-1000 ms (default 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self >= 1 && self <= 1000").message("redis.timeoutMs must be 1-1000"))]
+    pub timeout_ms: Option<i64>,
+    /// While Redis does not answer: `failOpen` (default) counts on each replica's own limiter,
+    /// `failClosed` refuses write-tier calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<FailurePolicy>,
+}
+
+/// 2025-era session settings.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerSessions {
+    /// Seal session ids with the server's key (default true). `false`: sessions live in one
+    /// proxy's memory, correct only for a single replica or behind sticky routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<bool>,
+    /// How long a session lives from `initialize`, in seconds (default 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self >= 60 && self <= 604800").message("sessions.ttlSeconds must be 60-604800 (one week)"))]
+    pub ttl_seconds: Option<i64>,
+    /// Raise to rotate the session key (default 1): the new key is first accepted by every
+    /// replica, then seals, and the old one is dropped once its sessions have expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = kube::core::Rule::new("self >= 1").message("sessions.keyGeneration must be at least 1"))]
+    pub key_generation: Option<i64>,
+}
+
+impl ServerSessions {
+    /// Whether ids are sealed.
+    pub fn sealed(this: Option<&Self>) -> bool {
+        this.and_then(|s| s.sealed).unwrap_or(true)
+    }
+
+    /// Session lifetime in seconds.
+    pub fn ttl_seconds(this: Option<&Self>) -> u64 {
+        this.and_then(|s| s.ttl_seconds)
+            .and_then(|t| u64::try_from(t).ok())
+            .unwrap_or_else(toolgate_config::defaults::session_ttl_seconds)
+    }
+
+    /// The key generation asked for.
+    pub fn key_generation(this: Option<&Self>) -> i64 {
+        this.and_then(|s| s.key_generation).unwrap_or(1).max(1)
+    }
 }
 
 /// Agent provenance audit: one JSON line per tools/call on the proxy's stdout.
