@@ -10,10 +10,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "real servers the tests start on loopback: redis-server, nginx (Debian packages)"
+step "real servers the tests start on loopback: redis-server, nginx, and openssl for their certificates (Debian packages)"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+command -v openssl >/dev/null || missing+=(openssl)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "needed: ${missing[*]} (apt-get install ${missing[*]}, as root)" >&2

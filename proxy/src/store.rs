@@ -189,13 +189,26 @@ impl Store {
         self.down.load(Ordering::Relaxed)
     }
 
-    async fn run<T>(&self, op: &'static str, f: impl Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+    /// Runs one operation (`attempt` makes a fresh try of it) within `timeoutMs`. A connection
+    /// that broke since the last use (Redis restarted, a failover) fails the first try; the
+    /// manager reconnects at once and one more try fits in the same deadline.
+    async fn run<T, F, Fut>(&self, op: &'static str, attempt: F) -> Result<T, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
         if self.is_down() {
             METRICS.store_operations.with_label_values(&[op, "skipped"]).inc();
             return Err(StoreError::Down);
         }
         let started = Instant::now();
-        let outcome = match tokio::time::timeout(self.timeout, f).await {
+        let tries = async {
+            match attempt().await {
+                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => attempt().await,
+                other => other,
+            }
+        };
+        let outcome = match tokio::time::timeout(self.timeout, tries).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) if e.is_timeout() => Err(StoreError::Timeout),
             Ok(Err(e)) => Err(StoreError::Failed(e.to_string())),
@@ -255,8 +268,13 @@ impl Store {
             let (i, t) = gcra(rate);
             inv.key(self.key(subject, &format!("tool:{name}"))).arg(i).arg(t);
         }
-        let mut conn = self.conn.clone();
-        let (code, retry_us): (i64, u64) = self.run("admit", inv.invoke_async(&mut conn)).await?;
+        let inv = &inv;
+        let (code, retry_us): (i64, u64) = self
+            .run("admit", || {
+                let mut conn = self.conn.clone();
+                async move { inv.invoke_async(&mut conn).await }
+            })
+            .await?;
         Ok(match code {
             0 => Admission::Admitted,
             -1 => Admission::Revoked,
@@ -273,16 +291,24 @@ impl Store {
             .arg("1")
             .arg("PX")
             .arg(ms);
-        let mut conn = self.conn.clone();
-        self.run("revoke", cmd.query_async::<()>(&mut conn)).await
+        let cmd = &cmd;
+        self.run("revoke", || {
+            let mut conn = self.conn.clone();
+            async move { cmd.query_async::<()>(&mut conn).await }
+        })
+        .await
     }
 
     /// Whether the session `handle` of `subject` was ended on some replica.
     pub async fn is_revoked(&self, subject: &str, handle: &str) -> Result<bool, StoreError> {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(self.key(subject, &format!("rev:{handle}")));
-        let mut conn = self.conn.clone();
-        self.run("check_session", cmd.query_async::<bool>(&mut conn)).await
+        let cmd = &cmd;
+        self.run("check_session", || {
+            let mut conn = self.conn.clone();
+            async move { cmd.query_async::<bool>(&mut conn).await }
+        })
+        .await
     }
 }
 

@@ -52,10 +52,14 @@ fn config(
         "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver:\n  listen: 127.0.0.1:0\n  adminListen: 127.0.0.1:0\n  shutdownGraceSeconds: 1\n  sessionKeyFile: {d}/session-keys\n\
          upstream:\n  baseUrl: http://{upstream}\n  timeoutMs: 5000\n\
          policy:\n  readOnly: false\n  audit: {{enabled: false}}\n  auth: {{mode: apiKey, credentialsFile: {d}/credentials.yaml}}\n\
-         \x20 rateLimit:\n    perIp: {{requests: 1000000}}\n{policy_extra}    store: {{redis: {{url: '{}', passwordFile: {d}/redis-password, timeoutMs: 200, failurePolicy: {}}}}}\n\
+         \x20 rateLimit:\n    perIp: {{requests: 1000000}}\n{policy_extra}    store: {{redis: {{url: '{}', passwordFile: {d}/redis-password, timeoutMs: 200, failurePolicy: {}{}}}}}\n\
          tools:\n{tools}",
         redis.url(),
         failure_policy,
+        match &redis.ca {
+            Some(ca) => format!(", username: toolgate, caFile: {}", ca.display()),
+            None => String::new(),
+        },
     )
 }
 
@@ -65,8 +69,11 @@ impl Cluster {
     }
 
     async fn start_with(policy_extra: &str, failure_policy: &str) -> Self {
+        Self::start_on(Redis::start().await, policy_extra, failure_policy).await
+    }
+
+    async fn start_on(redis: Redis, policy_extra: &str, failure_policy: &str) -> Self {
         let upstream = toolgate_example_service::spawn().await.unwrap();
-        let redis = Redis::start().await;
         let dir = std::env::temp_dir().join(format!(
             "toolgate-replicas-{}-{}",
             std::process::id(),
@@ -198,6 +205,9 @@ async fn a_session_works_on_every_replica_and_delete_through_one_ends_it_on_all(
             StatusCode::NOT_FOUND,
             "replica {i} refuses a call in the ended session: {body}"
         );
+        // Even a call refused before its limits (an unknown tool) learns the session is gone.
+        let (status, _, body) = post_to(&s, &c.replica_url(i), &call(9, "no_such_tool", json!({}))).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "replica {i}: {body}");
     }
     let (status, _, _) = send(&s.http, "DELETE", &c.replica_url(2), &h, Bytes::new()).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "a second DELETE finds nothing");
@@ -357,5 +367,98 @@ async fn redis_down_under_fail_closed_refuses_writes_and_serves_reads() {
         .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["result"]["isError"], false, "reads go on: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_redis_with_an_acl_user_shares_the_limit_and_a_server_of_another_ca_is_refused() {
+    let c = Cluster::start_on(
+        Redis::start_tls().await,
+        "    perIdentity: {requests: 2, windowSeconds: 3600}\n",
+        "failClosed",
+    )
+    .await;
+    let s = c.session(c.lb.url()).await;
+    let mut statuses = Vec::new();
+    for i in 0..3u64 {
+        let (status, _, _) = post_to(&s, &c.lb.url(), &call(i, "get_customer", json!({"customerId": "42"}))).await;
+        statuses.push(status);
+    }
+    // Counted locally (the TLS connection failing) each replica would admit 2 of its own.
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::OK, StatusCode::TOO_MANY_REQUESTS],
+        "the limit is shared over TLS"
+    );
+
+    // A proxy that trusts another CA does not talk to this server: under failClosed its write
+    // calls are refused.
+    let other = c.dir.join("other-ca");
+    std::fs::create_dir_all(&other).unwrap();
+    common::services::certificates(&other, "other");
+    let text = config(c.upstream, &c.dir, &c.redis, "", "failClosed").replace(
+        &c.redis.ca.as_ref().unwrap().display().to_string(),
+        &other.join("other.crt").display().to_string(),
+    );
+    let proxy = start(toolgate_config::parse_yaml(&text).unwrap(), StartOptions::default())
+        .await
+        .unwrap();
+    let s2 = c.session(format!("http://{}/mcp", proxy.mcp_addr)).await;
+    let (status, _, body) = post_to(
+        &s2,
+        &s2.url,
+        &call(1, "create_ticket", json!({"customerId": "42", "subject": "x"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert!(
+        body["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("rate_limit_unavailable"),
+        "{body}"
+    );
+    assert!(proxy.shared.store.load().as_ref().unwrap().failing());
+    proxy.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_refused_while_redis_is_down_reaches_every_replica_when_retried() {
+    let mut c = Cluster::start("").await;
+    let s = c.session(c.lb.url()).await;
+    let mut h = base_headers();
+    h.push(("mcp-session-id", &s.id));
+    h.push(("x-api-key", KEY));
+    c.redis.stop();
+    let (status, _, _) = send(&s.http, "DELETE", &c.replica_url(0), &h, Bytes::new()).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not a 204 the other replicas would contradict"
+    );
+    c.redis.restart().await;
+    // The store is marked down for its backoff (at most 5 s); the client retries.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, _, _) = send(&s.http, "DELETE", &c.replica_url(0), &h, Bytes::new()).await;
+        if status == StatusCode::NO_CONTENT {
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the retried DELETE never reached the store"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for i in 1..3 {
+        let (status, _, body) = post_to(
+            &s,
+            &c.replica_url(i),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "replica {i}: {body}");
     }
 }

@@ -202,7 +202,11 @@ pub fn check_jwks_url(url: &str) -> Result<(), String> {
         (None, Some(rest)) => (false, rest),
         (None, None) => return Err(format!("`{url}` must be an https:// URL")),
     };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if rest.contains('#') {
+        // The client reads `#insecure` as "skip certificate checks".
+        return Err("must not have a fragment (`#...`): certificate checks cannot be turned off".into());
+    }
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
     // Not echoed: the URL holds a credential, which would end up in logs and status.
     if authority.contains('@') {
         return Err(
@@ -316,7 +320,11 @@ pub fn check_redis_url(url: &str) -> Result<(), String> {
     else {
         return Err("must start with redis://, rediss://, valkey:// or valkeys://".into());
     };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if rest.contains('#') {
+        // The client reads `#insecure` as "skip certificate checks".
+        return Err("must not have a fragment (`#...`): certificate checks cannot be turned off".into());
+    }
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
     if authority.contains('@') {
         return Err("must not hold user info: put the password in `passwordFile` and the user in `username`".into());
     }
@@ -515,6 +523,9 @@ mod tests {
         assert!(e.contains("passwordFile") && !e.contains("s3cret"), "{e}");
         assert!(check_redis_url("http://10.0.0.5").unwrap_err().contains("redis://"));
         assert!(check_redis_url("redis:///0").unwrap_err().contains("no host"));
+        assert!(check_redis_url("rediss://r:6380/#insecure")
+            .unwrap_err()
+            .contains("fragment"));
     }
 
     #[test]

@@ -203,6 +203,17 @@ fn header_value(s: &str) -> Option<HeaderValue> {
     HeaderValue::from_str(s).ok()
 }
 
+/// The 404 of a session that no longer exists.
+fn session_gone(id: &Value) -> http::Response<super::Body> {
+    super::rpc_error(
+        StatusCode::NOT_FOUND,
+        Some(id),
+        code::SESSION_NOT_FOUND,
+        "Session not found or expired: send initialize again",
+        None,
+    )
+}
+
 pub(crate) async fn tools_call(
     shared: &Shared,
     rt: &Arc<Runtime>,
@@ -215,7 +226,21 @@ pub(crate) async fn tools_call(
     let started = Instant::now();
     let policy = &rt.config.policy;
     let who = &caller.identity;
-    let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) else {
+    // A session ended on another replica gets 404 whatever it asks. A call that gets as far as
+    // its limits learns that in the same store round trip; one refused before them asks here.
+    let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    let reaches_limits = name
+        .and_then(|n| rt.tool(n))
+        .is_some_and(|t| authorize(policy, who, &t.config).is_ok());
+    if !reaches_limits {
+        if let Some(s) = peer.session {
+            if super::admit::session_revoked(shared, s).await {
+                audit.finish("invalid", "unknown_session", None);
+                return Reply::Http(session_gone(id));
+            }
+        }
+    }
+    let Some(name) = name else {
         audit.finish("invalid", "missing_tool_name", None);
         return Reply::error(
             code::INVALID_PARAMS,
@@ -269,13 +294,7 @@ pub(crate) async fn tools_call(
         }
         Verdict::Revoked => {
             audit.finish("invalid", "unknown_session", None);
-            return Reply::Http(super::rpc_error(
-                StatusCode::NOT_FOUND,
-                Some(id),
-                code::SESSION_NOT_FOUND,
-                "Session not found or expired: send initialize again",
-                None,
-            ));
+            return Reply::Http(session_gone(id));
         }
         Verdict::Unavailable => {
             let outcome = Outcome::failed(ErrorEntry::new(
@@ -349,8 +368,9 @@ pub(crate) async fn tools_call(
     );
     extra.extend(header_value(name).map(|v| (pv.tool.clone(), v)));
     extra.extend(
+        // The handle: a sealed id is the client's to hold, not the upstream's.
         peer.session
-            .and_then(|s| header_value(&s.id))
+            .and_then(|s| header_value(&s.handle))
             .map(|v| (pv.session.clone(), v)),
     );
     extra.extend(header_value(&caller.request_id).map(|v| (HeaderName::from_static("x-request-id"), v)));

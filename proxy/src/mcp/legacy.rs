@@ -113,10 +113,19 @@ fn initialize(shared: &Shared, rt: &Runtime, caller: &Caller, id: &Value, params
         .find(|v| *v == requested)
         .unwrap_or(LEGACY_PROTOCOL_VERSIONS[0]);
     let info = params.and_then(|p| p.get("clientInfo"));
+    // At most 128 bytes, no control characters: what a sealed id carries stays well inside the
+    // length every replica opens.
     let field = |k: &str| {
-        info.and_then(|i| i.get(k))
-            .and_then(Value::as_str)
-            .map(|s| s.chars().take(128).collect::<String>())
+        info.and_then(|i| i.get(k)).and_then(Value::as_str).map(|s| {
+            let mut out = String::new();
+            for c in s.chars().filter(|c| !c.is_control()) {
+                if out.len() + c.len_utf8() > 128 {
+                    break;
+                }
+                out.push(c);
+            }
+            out
+        })
     };
     let ttl = Duration::from_secs(server.session_ttl_seconds);
     let who = &caller.identity;
@@ -206,7 +215,9 @@ pub(crate) async fn delete(
             None,
         )
     };
-    let Some(session) = find(shared, rt, sid, &caller.identity.subject) else {
+    // Not `find`: a DELETE retried after a 503 must reach the store again, though this replica
+    // already counts the session as ended.
+    let Some(session) = open_session(shared, rt, sid, &caller.identity.subject) else {
         return not_found();
     };
     let Some(remaining) = session.remaining() else {
@@ -217,18 +228,26 @@ pub(crate) async fn delete(
             not_found()
         };
     };
-    if super::admit::session_revoked(shared, &session).await {
-        return not_found();
-    }
-    shared.revoked.insert(&session, rt.config.server.max_sessions);
     let Some(store) = shared.store.load_full() else {
         // Without a shared store only this replica knows (documented): the id keeps opening on
         // the others until it expires.
+        if shared.revoked.contains(&session) {
+            return not_found();
+        }
+        shared.revoked.insert(&session, rt.config.server.max_sessions);
         return empty(StatusCode::NO_CONTENT);
     };
-    match store.revoke(&session.subject, &session.handle, remaining).await {
+    if store.is_revoked(&session.subject, &session.handle).await == Ok(true) {
+        return not_found();
+    }
+    shared.revoked.insert(&session, rt.config.server.max_sessions);
+    // Replicas' clocks differ: the entry outlives the id by a margin.
+    match store
+        .revoke(&session.subject, &session.handle, remaining + REVOCATION_MARGIN)
+        .await
+    {
         Ok(()) => empty(StatusCode::NO_CONTENT),
-        // Not ended everywhere: say so, rather than a 204 that other replicas would contradict.
+        // Not ended everywhere: say so, rather than a 204 other replicas would contradict.
         Err(e) => {
             tracing::warn!(error = ?e, "DELETE could not record the revocation in the shared store");
             rpc_error(
@@ -242,15 +261,22 @@ pub(crate) async fn delete(
     }
 }
 
-/// The session `id` of `subject`: sealed when it carries the sealed prefix and this server
-/// has keys, from the in-memory table otherwise; `None` if unknown, expired, ended here, or
-/// another subject's.
-fn find(shared: &Shared, rt: &Runtime, id: &str, subject: &str) -> Option<Arc<Session>> {
+/// How much longer a revocation entry lives than the id it ends (clock skew between replicas).
+const REVOCATION_MARGIN: Duration = Duration::from_secs(300);
+
+/// The session `id` of `subject`, whether or not it was ended here: sealed when it carries
+/// the sealed prefix and this server has keys, from the in-memory table otherwise; `None` if
+/// unknown, expired or another subject's.
+fn open_session(shared: &Shared, rt: &Runtime, id: &str, subject: &str) -> Option<Arc<Session>> {
+    let ttl = Duration::from_secs(rt.config.server.session_ttl_seconds);
     let session = match &rt.session_keys {
-        Some(keys) if id.starts_with(sealed::PREFIX) => session::open(keys, id)?,
-        _ => shared
-            .sessions
-            .get(id, Duration::from_secs(rt.config.server.session_ttl_seconds))?,
+        Some(keys) if id.starts_with(sealed::PREFIX) => session::open(keys, id, ttl)?,
+        _ => shared.sessions.get(id, ttl)?,
     };
-    (session.belongs_to(subject) && !shared.revoked.contains(&session)).then_some(session)
+    session.belongs_to(subject).then_some(session)
+}
+
+/// The live session `id` of `subject`; `None` also when it was ended here.
+fn find(shared: &Shared, rt: &Runtime, id: &str, subject: &str) -> Option<Arc<Session>> {
+    open_session(shared, rt, id, subject).filter(|s| !shared.revoked.contains(s))
 }

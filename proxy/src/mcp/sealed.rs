@@ -26,7 +26,8 @@ const AAD: &[u8] = b"toolgate session v1";
 const KID: usize = 4;
 const NONCE: usize = 24;
 const TAG: usize = 16;
-/// Longest id accepted for opening (claims are bounded: client name and version 128 characters).
+/// Longest id accepted for opening (claims are bounded: client name and version 128 bytes each,
+/// no control characters, so even all-quote names seal to about 970 characters).
 pub const MAX_ID_CHARS: usize = 1024;
 
 /// What a sealed id carries.
@@ -135,7 +136,9 @@ impl SessionKeys {
         raw.extend_from_slice(kid);
         raw.extend_from_slice(&nonce);
         raw.extend_from_slice(&sealed);
-        format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(raw))
+        let id = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
+        debug_assert!(id.len() <= MAX_ID_CHARS, "claims are bounded so every id opens");
+        id
     }
 
     /// The claims of `id`, if one of these keys sealed it and nobody altered it (expiry and

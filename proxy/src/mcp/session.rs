@@ -81,10 +81,12 @@ pub fn seal(
     from_claims(id, claims, version)
 }
 
-/// The sealed session `id`, if a key opens it and it has not expired (the subject and
-/// revocations are the caller's to check).
-pub fn open(keys: &SessionKeys, id: &str) -> Option<Arc<Session>> {
-    let claims = keys.open(id)?;
+/// The sealed session `id`, if a key opens it and it has not expired, by the expiry it was
+/// sealed with or by `ttl` now, whichever comes first (a TTL lowered in an incident applies to
+/// sessions already open). The subject and revocations are the caller's to check.
+pub fn open(keys: &SessionKeys, id: &str, ttl: Duration) -> Option<Arc<Session>> {
+    let mut claims = keys.open(id)?;
+    claims.expires = claims.expires.min(claims.issued.saturating_add(ttl.as_secs()));
     if claims.expires <= unix_now() {
         return None;
     }
@@ -289,7 +291,7 @@ mod tests {
         use base64::Engine;
         let keys = SessionKeys::parse(&base64::engine::general_purpose::STANDARD.encode([9u8; 32])).unwrap();
         let s = seal(&keys, "2025-06-18", Some("sdk".into()), None, "ops", 2, TTL);
-        let back = open(&keys, &s.id).expect("opens");
+        let back = open(&keys, &s.id, TTL).expect("opens");
         assert_eq!(
             (back.version, back.rank, back.client_name.as_deref()),
             ("2025-06-18", 2, Some("sdk"))
@@ -299,7 +301,11 @@ mod tests {
         assert!(back.belongs_to("ops") && !back.belongs_to("other"));
         assert!(back.remaining().unwrap() <= TTL);
         let expired = seal(&keys, "2025-06-18", None, None, "ops", 0, Duration::ZERO);
-        assert!(open(&keys, &expired.id).is_none(), "an expired id does not open");
+        assert!(open(&keys, &expired.id, TTL).is_none(), "an expired id does not open");
+        assert!(
+            open(&keys, &s.id, Duration::ZERO).is_none(),
+            "a lowered TTL applies to open sessions"
+        );
     }
 
     #[test]

@@ -33,20 +33,105 @@ pub fn unique() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// A `redis-server` on a loopback port with a password, no persistence.
+/// A `redis-server` on a loopback port with a password, no persistence; with TLS, only a TLS
+/// port (certificate for `localhost` and 127.0.0.1, from a CA of its own) and an ACL user
+/// `toolgate` holding the password.
 pub struct Redis {
     pub port: u16,
     pub password: String,
+    /// The CA that signed the server's certificate (PEM), when TLS.
+    pub ca: Option<PathBuf>,
     dir: PathBuf,
     child: Option<Child>,
 }
 
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let bin = binary("openssl", "apt-get install openssl");
+    let out = Command::new(bin).current_dir(dir).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA (`<ca>.crt`, `<ca>.key`) and a certificate it signs for `localhost` and 127.0.0.1
+/// (`server.crt`, `server.key`), in `dir`.
+pub fn certificates(dir: &std::path::Path, ca: &str) {
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let ca_key = format!("{ca}.key");
+    let ca_crt = format!("{ca}.crt");
+    openssl(
+        dir,
+        &[
+            &["req", "-x509"],
+            &ec[..],
+            &[
+                "-keyout",
+                &ca_key,
+                "-out",
+                &ca_crt,
+                "-subj",
+                "/CN=toolgate test CA",
+                "-days",
+                "2",
+            ],
+        ]
+        .concat(),
+    );
+    openssl(
+        dir,
+        &[
+            &["req"],
+            &ec[..],
+            &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost"],
+        ]
+        .concat(),
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+        ],
+    );
+}
+
 impl Redis {
     pub async fn start() -> Self {
+        Self::start_with(false).await
+    }
+
+    /// TLS only, with the ACL user `toolgate`.
+    pub async fn start_tls() -> Self {
+        Self::start_with(true).await
+    }
+
+    async fn start_with(tls: bool) -> Self {
+        let dir = tempdir("redis");
+        let ca = tls.then(|| {
+            certificates(&dir, "ca");
+            dir.join("ca.crt")
+        });
         let mut r = Self {
             port: 0,
             password: format!("redis-pw-{}", unique()),
-            dir: tempdir("redis"),
+            ca,
+            dir,
             child: None,
         };
         // A port taken between choosing and binding makes redis-server exit: choose again.
@@ -62,19 +147,29 @@ impl Redis {
     async fn spawn(&mut self) -> bool {
         let bin = binary("redis-server", "apt-get install redis-server");
         let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
-        let child = Command::new(bin)
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .args(["--requirepass", &self.password, "--dir"])
-            .arg(&self.dir)
+        let port = self.port.to_string();
+        let mut cmd = Command::new(bin);
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir"])
+            .arg(&self.dir);
+        if self.ca.is_some() {
+            let pass = format!(">{}", self.password);
+            cmd.args(["--port", "0", "--tls-port", &port, "--tls-auth-clients", "no"])
+                .args([
+                    "--tls-cert-file",
+                    "server.crt",
+                    "--tls-key-file",
+                    "server.key",
+                    "--tls-ca-cert-file",
+                    "ca.crt",
+                ])
+                .args([
+                    "--user", "toolgate", "on", &pass, "~*", "&*", "+@all", "--user", "default", "off",
+                ])
+                .current_dir(&self.dir);
+        } else {
+            cmd.args(["--port", &port, "--requirepass", &self.password]);
+        }
+        let child = cmd
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .stdin(Stdio::null())
@@ -96,13 +191,30 @@ impl Redis {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        match self.ca {
+            Some(_) => format!("rediss://localhost:{}/0", self.port),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
     }
 
     async fn connection(&self) -> Option<redis::aio::MultiplexedConnection> {
         let info = redis::IntoConnectionInfo::into_connection_info(self.url().as_str()).ok()?;
-        let settings = info.redis_settings().clone().set_password(&self.password);
-        let client = redis::Client::open(info.set_redis_settings(settings)).ok()?;
+        let mut settings = info.redis_settings().clone().set_password(&self.password);
+        if self.ca.is_some() {
+            settings = settings.set_username("toolgate");
+        }
+        let info = info.set_redis_settings(settings);
+        let client = match &self.ca {
+            Some(ca) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(ca).ok()?),
+                },
+            )
+            .ok()?,
+            None => redis::Client::open(info).ok()?,
+        };
         tokio::time::timeout(Duration::from_secs(1), client.get_multiplexed_async_connection())
             .await
             .ok()?
