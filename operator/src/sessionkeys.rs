@@ -25,6 +25,9 @@ pub const GENERATION_ANNOTATION: &str = "toolgate.dev/session-key-generation";
 pub const PHASE_ANNOTATION: &str = "toolgate.dev/session-key-phase";
 /// Annotation: Unix seconds when the phase began.
 pub const SINCE_ANNOTATION: &str = "toolgate.dev/session-key-since";
+/// Annotation: the session TTL (seconds) when the new key began to seal: the old key's ids
+/// may live that long, even if the TTL is lowered meanwhile.
+pub const TTL_ANNOTATION: &str = "toolgate.dev/session-key-ttl";
 
 /// Where a rotation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +70,8 @@ pub struct Keys {
     pub phase: Phase,
     /// When the phase began (Unix seconds).
     pub since: i64,
+    /// Active: the session TTL (seconds) when the phase began.
+    pub ttl: i64,
 }
 
 /// A new random key, base64.
@@ -84,6 +89,7 @@ impl Keys {
             generation,
             phase: Phase::Stable,
             since: now,
+            ttl: 0,
         }
     }
 
@@ -104,6 +110,7 @@ impl Keys {
             generation: a.get(GENERATION_ANNOTATION)?.parse().ok()?,
             phase: Phase::parse(a.get(PHASE_ANNOTATION)?)?,
             since: a.get(SINCE_ANNOTATION)?.parse().ok()?,
+            ttl: a.get(TTL_ANNOTATION).and_then(|t| t.parse().ok()).unwrap_or(0),
             keys,
         })
     }
@@ -117,43 +124,61 @@ impl Keys {
 
     /// The Secret's annotations.
     pub fn annotations(&self) -> BTreeMap<String, String> {
-        BTreeMap::from([
+        let mut a = BTreeMap::from([
             (GENERATION_ANNOTATION.to_string(), self.generation.to_string()),
             (PHASE_ANNOTATION.to_string(), self.phase.as_str().to_string()),
             (SINCE_ANNOTATION.to_string(), self.since.to_string()),
-        ])
+        ]);
+        if self.phase == Phase::Active {
+            a.insert(TTL_ANNOTATION.to_string(), self.ttl.to_string());
+        }
+        a
     }
 
     /// The next state, if it is time for one, and when to look again.
     pub fn step(&self, want: i64, now: i64, propagation: Duration, ttl: Duration) -> (Option<Keys>, Option<Duration>) {
         let prop = i64::try_from(propagation.as_secs()).unwrap_or(i64::MAX);
-        let ttl = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        let ttl_now = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        // Ids the old key sealed live as long as the TTL was when the new key took over.
+        let ttl = ttl_now.max(self.ttl);
         let wait = |until: i64| Some(Duration::from_secs(u64::try_from(until - now).unwrap_or(0).max(1)));
         match self.phase {
+            // A staged Secret that lost its second key (edited by hand): start the rotation over.
+            Phase::Staged if self.keys.len() < 2 => {
+                let next = Keys {
+                    keys: vec![self.keys[0].clone(), new_key()],
+                    since: now,
+                    ..self.clone()
+                };
+                (Some(next), wait(now + prop))
+            }
             Phase::Stable if want > self.generation => {
                 let next = Keys {
                     keys: vec![self.keys[0].clone(), new_key()],
                     generation: want,
                     phase: Phase::Staged,
                     since: now,
+                    ttl: 0,
                 };
                 (Some(next), wait(now + prop))
             }
             Phase::Stable => (None, None),
-            Phase::Staged if now >= self.since.saturating_add(prop) && self.keys.len() >= 2 => {
+            Phase::Staged if now >= self.since.saturating_add(prop) => {
                 let next = Keys {
                     keys: vec![self.keys[1].clone(), self.keys[0].clone()],
                     phase: Phase::Active,
                     since: now,
+                    ttl: ttl_now,
                     ..self.clone()
                 };
-                (Some(next), wait(now + ttl.saturating_add(prop)))
+                (Some(next), wait(now + ttl_now.saturating_add(prop)))
             }
             Phase::Active if now >= self.since.saturating_add(ttl).saturating_add(prop) => {
                 let next = Keys {
                     keys: vec![self.keys[0].clone()],
                     phase: Phase::Stable,
                     since: now,
+                    ttl: 0,
                     ..self.clone()
                 };
                 (Some(next), None)
@@ -203,6 +228,28 @@ mod tests {
         );
         let done = active.step(2, 5120 + 3720, PROP, TTL).0.unwrap();
         assert_eq!((done.phase, done.keys), (Phase::Stable, vec![new]));
+    }
+
+    #[test]
+    fn a_lowered_ttl_does_not_cut_the_old_keys_sessions_short_and_a_broken_stage_restarts() {
+        let (staged, _) = Keys::fresh(1, 0).step(2, 0, PROP, TTL);
+        let active = staged.unwrap().step(2, 200, PROP, TTL).0.unwrap();
+        assert_eq!(active.ttl, 3600);
+        let back = Keys::read(&active.text(), Some(&active.annotations())).unwrap();
+        assert_eq!(back, active, "the TTL in force is kept in the Secret");
+        let short = Duration::from_secs(60);
+        assert_eq!(
+            back.step(2, 200 + 600, PROP, short).0,
+            None,
+            "ids sealed under a 3600 s TTL may still be live"
+        );
+        assert!(back.step(2, 200 + 3720, PROP, short).0.is_some());
+        let mut broken = Keys::fresh(1, 0);
+        broken.phase = Phase::Staged;
+        let (again, when) = broken.step(2, 10, PROP, TTL);
+        let again = again.unwrap();
+        assert_eq!((again.phase, again.keys.len(), when), (Phase::Staged, 2, Some(PROP)));
+        assert_eq!(again.keys[0], broken.keys[0]);
     }
 
     #[test]

@@ -394,6 +394,20 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
             "the operator must not create {what}: {err}"
         );
     }
+    // Nor may anyone else write a Secret that claims to be the operator's (it mounts a session
+    // key only with that label, so a copied owner reference is not enough).
+    let path = control_plane().dir.join("secret-impostor.yaml");
+    std::fs::write(&path, plain_secret).unwrap();
+    let out = Command::new("kubectl")
+        .args(["create", "-f", path.to_str().unwrap(), "-n", &ns])
+        .env("KUBECONFIG", &control_plane().kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("only toolgate-operator writes"),
+        "an impostor key Secret: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     kubectl(&[
         "create",
         "secret",

@@ -153,18 +153,11 @@ async fn the_session_key_lives_in_an_owned_secret_every_gateway_replica_mounts_a
 }
 
 #[tokio::test]
-async fn a_foreign_secret_of_the_key_name_is_never_taken_over() {
+async fn a_foreign_secret_of_the_key_name_is_never_taken_over_even_with_a_copied_owner_reference() {
     let c = client().await;
     let ns = namespace(&c, "sessions-foreign").await;
     let _: Service = apply(&c, &ns, upstream_service("shop-api", Some("shop"))).await;
-    let mut foreign = Secret::default();
-    foreign.metadata.name = Some("shop-session-keys".into());
-    foreign.string_data = Some([("keys".to_string(), "someone else's".to_string())].into());
-    Api::<Secret>::namespaced(c.clone(), &ns)
-        .create(&PostParams::default(), &foreign)
-        .await
-        .unwrap();
-    let _: McpServer = apply(
+    let server: McpServer = apply(
         &c,
         &ns,
         server(
@@ -173,6 +166,23 @@ async fn a_foreign_secret_of_the_key_name_is_never_taken_over() {
         ),
     )
     .await;
+    // A namespace user plants a key in the operator's format, owned (on paper) by the server,
+    // but without the operator's label.
+    let planted = toolgate_operator::sessionkeys::Keys::fresh(1, 0);
+    let foreign: Secret = serde_json::from_value(json!({
+        "metadata": {
+            "name": "shop-session-keys",
+            "annotations": planted.annotations(),
+            "ownerReferences": [{"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpServer", "name": "shop",
+                                 "uid": server.metadata.uid.clone().unwrap(), "controller": true}],
+        },
+        "stringData": {"keys": planted.text()},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(c.clone(), &ns)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
     let _op = Operator::start(&ns, "toolgate", &[]);
     let m = wait_condition(
         &c,
@@ -189,14 +199,18 @@ async fn a_foreign_secret_of_the_key_name_is_never_taken_over() {
         .get("shop-session-keys")
         .await
         .unwrap();
-    assert_eq!(s.data.unwrap()["keys"].0, b"someone else's", "left alone");
+    assert_eq!(
+        String::from_utf8(s.data.unwrap()["keys"].0.clone()).unwrap(),
+        planted.text(),
+        "left alone"
+    );
     assert!(
         Api::<Deployment>::namespaced(c.clone(), &ns)
             .get_opt("shop-gateway")
             .await
             .unwrap()
             .is_none(),
-        "no gateway mounts a key the operator does not own"
+        "no gateway mounts a key the operator did not make"
     );
 }
 
@@ -213,6 +227,10 @@ async fn cel_refuses_a_redis_url_with_a_password_and_out_of_range_settings() {
         (
             json!({"rateLimit": {"store": {"redis": {"url": "http://redis"}}}}),
             "redis.url must be",
+        ),
+        (
+            json!({"rateLimit": {"store": {"redis": {"url": "rediss://redis:6380/#insecure"}}}}),
+            "without a #fragment",
         ),
         (
             json!({"rateLimit": {"store": {"redis": {"url": "redis://r", "timeoutMs": 5000}}}}),

@@ -111,7 +111,15 @@ async fn ensure_session_keys(
         info!(secret = %name, "session key created");
         return Ok(Ok(None));
     };
-    if !is_owned_by(&live.metadata, server) {
+    // Owned, and labelled as the operator's: with the chart, only the operator may write that
+    // label on a Secret, so an owner reference someone else copied is not enough.
+    let labelled = live
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(objects::MANAGED_BY.0))
+        .is_some_and(|v| v == objects::MANAGED_BY.1);
+    if !is_owned_by(&live.metadata, server) || !labelled {
         return Ok(Err(format!(
             "{}; the operator keeps this server's session keys in it",
             foreign("Secret", &name)

@@ -326,7 +326,7 @@ pub struct ServerStore {
 pub struct ServerRedis {
     /// `redis://host[:port][/db]` or `rediss://` (TLS); `valkey://`, `valkeys://` too. No user
     /// info: the password comes from `passwordSecretRef`.
-    #[x_kube(validation = kube::core::Rule::new("self.matches('^(redis|rediss|valkey|valkeys)://[^@/?#]+([/?#].*)?$')").message("redis.url must be redis://host[:port][/db] (or rediss://, valkey://, valkeys://) without user info: put the password in passwordSecretRef"))]
+    #[x_kube(validation = kube::core::Rule::new("self.matches('^(redis|rediss|valkey|valkeys)://[^@/?#]+([/?][^#]*)?$')").message("redis.url must be redis://host[:port][/db] (or rediss://, valkey://, valkeys://) without user info (put the password in passwordSecretRef) and without a #fragment"))]
     pub url: String,
     /// ACL user (Redis 6+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
