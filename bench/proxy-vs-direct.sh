@@ -3,6 +3,8 @@
 #
 #   bench/proxy-vs-direct.sh            # BENCH_SECONDS=5 per run by default
 #   BENCH_POLICY=1 bench/proxy-vs-direct.sh   # with API-key auth (1000 keys) and an audit record per call
+#   BENCH_SHARED=1 bench/proxy-vs-direct.sh   # also a second proxy with sealed sessions and its
+#                                             # limits counted in a local redis-server
 #
 # Starts the example service and toolgate-proxy (release builds) on loopback with 100 tools
 # loaded, then drives the same operation with wrk at concurrency 1 and 32:
@@ -80,6 +82,26 @@ PY
 "$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
 "$BIN/toolgate-proxy" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+
+SHARED=${BENCH_SHARED:-0}
+if [[ "$SHARED" == "1" ]]; then
+  # The same config with sealed sessions and per-identity limits counted in Redis.
+  command -v redis-server >/dev/null || { echo "BENCH_SHARED=1 needs redis-server (apt-get install redis-server)" >&2; exit 1; }
+  RPORT=$(free_port); MCP2=$(free_port); ADMIN2=$(free_port)
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save "" --appendonly no >"$work/redis.log" 2>&1 & REDIS=$!; pids+=($REDIS)
+  python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())' >"$work/session-keys"
+  python3 - "$work/proxy.yaml" "$work/shared.yaml" "$MCP" "$MCP2" "$ADMIN" "$ADMIN2" "$work" "$RPORT" <<'PY'
+import sys
+src, dst, mcp, mcp2, admin, admin2, work, rport = sys.argv[1:]
+text = open(src).read()
+text = text.replace(f"listen: 127.0.0.1:{mcp}", f"listen: 127.0.0.1:{mcp2}\n  sessionKeyFile: {work}/session-keys")
+text = text.replace(f"adminListen: 127.0.0.1:{admin}", f"adminListen: 127.0.0.1:{admin2}")
+text = text.replace("  rateLimit:", f"  rateLimit:\n    store: {{redis: {{url: 'redis://127.0.0.1:{rport}/0'}}}}", 1)
+open(dst, "w").write(text)
+PY
+  "$BIN/toolgate-proxy" --config "$work/shared.yaml" >"$work/shared.log" 2>&1 & PROXY2=$!; pids+=($PROXY2)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN2/readyz" >/dev/null && break; sleep 0.1; done
+fi
 tools=$(curl -sf "http://127.0.0.1:$ADMIN/readyz" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tools"])')
 
 H=(-H 'content-type: application/json' -H 'accept: application/json, text/event-stream')
@@ -110,34 +132,48 @@ wrk.headers["Mcp-Method"] = "tools/call"
 wrk.headers["Mcp-Name"] = "get_customer"
 LUA
 [[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$work/MODERN.lua"
-for body in CALL SLOW; do
-cat >"$work/$body.lua" <<LUA
+session_script() { # file body session
+cat >"$1" <<LUA
 wrk.method = "POST"
-wrk.body = '${!body}'
+wrk.body = '$2'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Accept"] = "application/json, text/event-stream"
-wrk.headers["Mcp-Session-Id"] = "$SID"
+wrk.headers["Mcp-Session-Id"] = "$3"
 wrk.headers["MCP-Protocol-Version"] = "2025-06-18"
 LUA
-[[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$work/$body.lua"
-done
+[[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$1"
+return 0
+}
+for body in CALL SLOW; do session_script "$work/$body.lua" "${!body}" "$SID"; done
+if [[ "$SHARED" == "1" ]]; then
+  SID2=$(curl -si "${H[@]}" "http://127.0.0.1:$MCP2/mcp" \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
+    | awk 'tolower($1)=="mcp-session-id:" {print $2}' | tr -d '\r')
+  [[ "$SID2" == tg1.* ]] || { echo "the shared proxy did not issue a sealed session id: $SID2" >&2; exit 1; }
+  check=$(curl -sf "${H[@]}" -H "mcp-session-id: $SID2" -H 'mcp-protocol-version: 2025-06-18' "http://127.0.0.1:$MCP2/mcp" -d "$CALL")
+  echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; assert r["structuredContent"]["status"]=="success", r' \
+    || { echo "the shared proxy's call does not succeed: $check" >&2; exit 1; }
+  session_script "$work/SHARED.lua" "$CALL" "$SID2"
+fi
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$PROXY/stat"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 CLK=$(getconf CLK_TCK)
 
-# run NAME CONCURRENCY URL [script] -> appends a JSON line to results
+# run NAME CONCURRENCY URL [script] [proxy pid] [redis pid] -> appends a JSON line to results
 run() {
-  local name=$1 c=$2 url=$3 script=${4:-}
+  local name=$1 c=$2 url=$3 script=${4:-} pid=${5:-$PROXY} rpid=${6:-}
   local args=(-t1 "-c$c" "-d${SECONDS_PER_RUN}s" --latency)
   [[ -n "$script" ]] && args+=(-s "$script")
   wrk "${args[@]}" -d1s "$url" >/dev/null 2>&1 || true   # warm-up (connections, pool)
-  local before after
-  before=$(cpu_ticks)
+  local before after rbefore=0 rafter=0
+  before=$(cpu_ticks "$pid")
+  [[ -n "$rpid" ]] && rbefore=$(cpu_ticks "$rpid")
   wrk "${args[@]}" "$url" >"$work/$name-$c.txt" 2>&1
-  after=$(cpu_ticks)
-  python3 - "$work/$name-$c.txt" "$name" "$c" "$((after - before))" "$CLK" >>"$work/results.jsonl" <<'PY'
+  after=$(cpu_ticks "$pid")
+  [[ -n "$rpid" ]] && rafter=$(cpu_ticks "$rpid")
+  python3 - "$work/$name-$c.txt" "$name" "$c" "$((after - before))" "$CLK" "$((rafter - rbefore))" >>"$work/results.jsonl" <<'PY'
 import json, re, sys
-path, name, c, ticks, clk = sys.argv[1:]
+path, name, c, ticks, clk, rticks = sys.argv[1:]
 text = open(path).read()
 if "Requests/sec" not in text:
     sys.exit(f"wrk failed for {name} at concurrency {c}:\n{text}")
@@ -156,7 +192,8 @@ p50 = us(re.search(r"^\s+50%\s+(\S+)", text, re.M).group(1))
 p99 = us(re.search(r"^\s+99%\s+(\S+)", text, re.M).group(1))
 print(json.dumps({"name": name, "c": int(c), "rps": rps, "p50": p50, "p99": p99, "requests": total,
                   "non2xx": int(bad.group(1)) if bad else 0, "socket_errors": errs.group(1) if errs else "",
-                  "cpu_us_per_call": int(ticks) / int(clk) * 1e6 / max(total, 1)}))
+                  "cpu_us_per_call": int(ticks) / int(clk) * 1e6 / max(total, 1),
+                  "redis_cpu_us_per_call": int(rticks) / int(clk) * 1e6 / max(total, 1)}))
 PY
 }
 
@@ -164,6 +201,9 @@ for c in 1 32; do
   run direct "$c" "http://127.0.0.1:$UP/customers/42"
   run proxy "$c" "http://127.0.0.1:$MCP/mcp" "$work/CALL.lua"
   run proxy-2026 "$c" "http://127.0.0.1:$MCP/mcp" "$work/MODERN.lua"
+  if [[ "$SHARED" == "1" ]]; then
+    run proxy-shared "$c" "http://127.0.0.1:$MCP2/mcp" "$work/SHARED.lua" "$PROXY2" "$REDIS"
+  fi
 done
 run direct-1ms 32 "http://127.0.0.1:$UP/slow?ms=1"
 run proxy-1ms 32 "http://127.0.0.1:$MCP/mcp" "$work/SLOW.lua"
@@ -177,13 +217,15 @@ by = {(r["name"], r["c"]): r for r in rows}
 import os
 mode = "API-key auth + audit to a file" if os.environ.get("BENCH_POLICY") == "1" else "auth none, audit off"
 print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, {mode}, same machine")
-print(f"{'conc':>4} {'path':<10} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
+print(f"{'conc':>4} {'path':<12} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
-    for n in ("direct", "proxy", "proxy-2026"):
+    for n in ("direct", "proxy", "proxy-2026", "proxy-shared"):
+        if (n, c) not in by:
+            continue
         r = by[(n, c)]
         cpu = f"{r['cpu_us_per_call']:.1f}" if n != "direct" else "-"
         err = r["non2xx"] + (1 if r["socket_errors"] else 0)
-        print(f"{c:>4} {n:<10} {r['rps']:>10.0f} {r['p50']:>9.0f} {r['p99']:>9.0f} {cpu:>18} {err:>7}")
+        print(f"{c:>4} {n:<12} {r['rps']:>10.0f} {r['p50']:>9.0f} {r['p99']:>9.0f} {cpu:>18} {err:>7}")
 d1, p1, d32, p32 = by[("direct", 1)], by[("proxy", 1)], by[("direct", 32)], by[("proxy", 32)]
 print(f"\nadded p50 at concurrency 1:   {p1['p50'] - d1['p50']:.0f} µs   (target < 100 µs)")
 print(f"proxy CPU per call (c=32):    {p32['cpu_us_per_call']:.1f} µs   (target < 50 µs)")
@@ -196,6 +238,12 @@ m1, m32 = by[("proxy-2026", 1)], by[("proxy-2026", 32)]
 print(f"2026-07-28 vs 2025-06-18 CPU per call: c=1 {m1['cpu_us_per_call']:.1f} vs {p1['cpu_us_per_call']:.1f} µs, "
       f"c=32 {m32['cpu_us_per_call']:.1f} vs {p32['cpu_us_per_call']:.1f} µs   (the modern path must not cost more)")
 print(f"proxy peak RSS:               {rss_mib:.1f} MiB with {sys.argv[3]} tools   (target < 30 MiB)")
+if ("proxy-shared", 1) in by:
+    print("\nsealed sessions + limits in Redis (proxy-shared) vs in-memory sessions + local limiter (proxy), 2025-06-18 tools/call:")
+    for c in (1, 32):
+        a, b = by[("proxy", c)], by[("proxy-shared", c)]
+        print(f"  c={c:<2} proxy CPU/call {a['cpu_us_per_call']:.1f} -> {b['cpu_us_per_call']:.1f} µs (+ redis-server {b['redis_cpu_us_per_call']:.1f} µs), "
+              f"p50 {a['p50']:.0f} -> {b['p50']:.0f} µs, p99 {a['p99']:.0f} -> {b['p99']:.0f} µs, req/s {a['rps']:.0f} -> {b['rps']:.0f}")
 if any(r["non2xx"] or r["socket_errors"] for r in rows):
     print("WARNING: some requests failed; see the numbers above", file=sys.stderr)
     sys.exit(1)
