@@ -33,9 +33,22 @@ fn main() -> ExitCode {
             let Some(path) = args.get(1) else {
                 return usage_error("check needs a FILE");
             };
-            match reload::load_file(PathBuf::from(path).as_path()) {
-                Ok(c) => {
-                    println!("{path}: ok ({} tools)", c.tools.len());
+            // Everything `--config` checks: the document, then the files it references
+            // (credentials, JWKS, upstream credential, admin token, session keys, the store's
+            // password and CA), each problem with its key.
+            let compiled = reload::load_file(PathBuf::from(path).as_path()).and_then(|c| {
+                let tools = c.tools.len();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start the runtime: {e}"))?;
+                rt.block_on(async { toolgate_proxy::Runtime::compile(c, 1) })
+                    .map(|_| tools)
+                    .map_err(|e| e.to_string())
+            });
+            match compiled {
+                Ok(tools) => {
+                    println!("{path}: ok ({tools} tools)");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {

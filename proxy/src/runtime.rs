@@ -123,6 +123,21 @@ pub struct Runtime {
     pub store: Option<crate::store::StoreSettings>,
 }
 
+/// The value of `r`, or `None` with its problems added to `problems`.
+fn take<T>(problems: &mut Vec<toolgate_config::ConfigError>, r: Result<Option<T>, CompileError>) -> Option<T> {
+    match r {
+        Ok(v) => v,
+        Err(CompileError::Invalid(e)) => {
+            problems.extend(e.errors);
+            None
+        }
+        Err(e) => {
+            problems.push(toolgate_config::ConfigError::new("", e.to_string()));
+            None
+        }
+    }
+}
+
 /// Shortest accepted admin token.
 pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 
@@ -228,14 +243,16 @@ impl Runtime {
         }
         // Taken before the files are read: a change racing with this compile reloads once more.
         let files_fingerprint = fingerprint(&files);
-        let auth = Authenticator::new(&config.policy, &config.server.name).map_err(|es| {
-            CompileError::Invalid(
-                es.into_iter()
-                    .map(|e| toolgate_config::ConfigError::new("", e))
-                    .collect::<Vec<_>>()
-                    .into(),
-            )
-        })?;
+        // Every file the config references is read here, and every problem with them reported
+        // at once (`toolgate-proxy check` runs this too).
+        let mut problems: Vec<toolgate_config::ConfigError> = Vec::new();
+        let auth = match Authenticator::new(&config.policy, &config.server.name) {
+            Ok(a) => Some(a),
+            Err(es) => {
+                problems.extend(es.into_iter().map(|e| toolgate_config::ConfigError::new("", e)));
+                None
+            }
+        };
         let (resolved, warnings) = config.resolved_limits();
         for w in warnings {
             tracing::warn!(setting = %w, "rate limit setting unusable; default used");
@@ -265,9 +282,9 @@ impl Runtime {
             session: name(&pv.session_header)?,
             trusted_agent: pv.trusted_agent_header.as_deref().map(name).transpose()?,
         };
-        let upstream_credential = match &config.upstream.credential {
-            None => None,
-            Some(c) => {
+        let upstream_credential = take(
+            &mut problems,
+            config.upstream.credential.as_ref().map_or(Ok(None), |c| {
                 let secret = read_ref(&c.file, "upstream.credential.file")
                     .map_err(|e| policy_error("upstream.credential.file", e))?;
                 let value = format!("{}{}", c.prefix.as_deref().unwrap_or(""), secret.trim());
@@ -278,12 +295,12 @@ impl Runtime {
                     )
                 })?;
                 v.set_sensitive(true);
-                Some((name(&c.header)?, v))
-            }
-        };
-        let admin_token = match &config.server.admin_token_file {
-            None => None,
-            Some(f) => {
+                Ok(Some((name(&c.header)?, v)))
+            }),
+        );
+        let admin_token = take(
+            &mut problems,
+            config.server.admin_token_file.as_ref().map_or(Ok(None), |f| {
                 let token =
                     read_ref(f, "server.adminTokenFile").map_err(|e| policy_error("server.adminTokenFile", e))?;
                 let token = token.trim();
@@ -293,22 +310,23 @@ impl Runtime {
                         format!("the token must be at least {MIN_ADMIN_TOKEN_CHARS} characters"),
                     ));
                 }
-                Some(crate::policy::credentials::digest(token.as_bytes()))
-            }
-        };
-        let session_keys = match &config.server.session_key_file {
-            None => None,
-            Some(f) => {
+                Ok(Some(crate::policy::credentials::digest(token.as_bytes())))
+            }),
+        );
+        let session_keys = take(
+            &mut problems,
+            config.server.session_key_file.as_ref().map_or(Ok(None), |f| {
                 let text =
                     read_ref(f, "server.sessionKeyFile").map_err(|e| policy_error("server.sessionKeyFile", e))?;
                 let keys = crate::mcp::sealed::SessionKeys::parse(&text)
                     .map_err(|e| policy_error("server.sessionKeyFile", format!("{f}: {e}")))?;
-                Some(std::sync::Arc::new(keys))
-            }
-        };
-        let store = match config.policy.rate_limit.store.as_ref().map(|s| &s.redis) {
-            None => None,
-            Some(r) => {
+                Ok(Some(std::sync::Arc::new(keys)))
+            }),
+        );
+        let store = take(
+            &mut problems,
+            config.policy.rate_limit.store.as_ref().map_or(Ok(None), |st| {
+                let r = &st.redis;
                 let key = "policy.rateLimit.store.redis";
                 let password = match &r.password_file {
                     Some(f) => Some(
@@ -327,12 +345,15 @@ impl Runtime {
                 };
                 redis::IntoConnectionInfo::into_connection_info(r.url.as_str())
                     .map_err(|e| policy_error(&format!("{key}.url"), e.to_string()))?;
-                Some(crate::store::StoreSettings {
+                Ok(Some(crate::store::StoreSettings {
                     config: r.clone(),
                     password,
                     ca,
-                })
-            }
+                }))
+            }),
+        );
+        let Some(auth) = auth.filter(|_| problems.is_empty()) else {
+            return Err(CompileError::Invalid(problems.into()));
         };
         if store.is_some() && session_keys.is_none() {
             tracing::warn!("policy.rateLimit.store is set but server.sessionKeyFile is not: 2025-era sessions stay in each replica's memory");

@@ -44,6 +44,63 @@ fn check_lists_every_problem_and_exits_64() {
 }
 
 #[test]
+fn check_reads_every_file_the_config_references_as_serving_would() {
+    let dir = std::env::temp_dir().join(format!("toolgate-cli-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display();
+    let text = format!(
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver: {{sessionKeyFile: {d}/keys, adminTokenFile: {d}/admin}}\n\
+         upstream: {{baseUrl: 'http://127.0.0.1:1', credential: {{header: Authorization, file: {d}/upstream}}}}\n\
+         policy:\n  auth: {{mode: apiKey, credentialsFile: {d}/credentials.yaml}}\n\
+         \x20 rateLimit: {{store: {{redis: {{url: 'redis://127.0.0.1:6379', passwordFile: {d}/redis-password}}}}}}\n\
+         tools:\n  - {{name: a, inputSchema: {{type: object}}, http: {{method: GET, path: /a}}}}\n"
+    );
+    let path = dir.join("proxy.yaml");
+    std::fs::write(&path, &text).unwrap();
+    // Nothing it references exists, or the credentials file has the wrong top-level key.
+    std::fs::write(
+        dir.join("credentials.yaml"),
+        "keys:\n  - {id: a, key: a-long-secret-key-1, role: viewer}\n",
+    )
+    .unwrap();
+    let check = Command::new(BIN).arg("check").arg(&path).output().unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let err = String::from_utf8_lossy(&check.stderr);
+    for needle in [
+        "policy.auth.credentialsFile",
+        "upstream.credential.file",
+        "server.adminTokenFile",
+        "server.sessionKeyFile",
+        "policy.rateLimit.store.redis.passwordFile",
+    ] {
+        assert!(err.contains(needle), "`{needle}` missing from:\n{err}");
+    }
+    assert!(!err.contains("a-long-secret-key-1"), "no secret echoed: {err}");
+    let serve = Command::new(BIN).arg("--config").arg(&path).output().unwrap();
+    assert_eq!(serve.status.code(), Some(64), "--config agrees");
+
+    // With every file in order, both accept it.
+    std::fs::write(
+        dir.join("credentials.yaml"),
+        "credentials:\n  - {id: a, key: a-long-secret-key-1, role: viewer}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("keys"), format!("{}\n", "A".repeat(43) + "=")).unwrap();
+    std::fs::write(dir.join("admin"), "an-admin-token-of-some-length\n").unwrap();
+    std::fs::write(dir.join("upstream"), "Bearer x\n").unwrap();
+    std::fs::write(dir.join("redis-password"), "pw\n").unwrap();
+    let check = Command::new(BIN).arg("check").arg(&path).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    assert!(String::from_utf8_lossy(&check.stdout).contains("ok (1 tools)"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn serving_a_bad_config_exits_64_with_one_clear_line() {
     let path = write_temp(
         "bad2.yaml",
