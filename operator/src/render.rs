@@ -254,7 +254,7 @@ pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
     mounts.sort();
     mounts.dedup();
 
-    let body = serde_yaml::to_string(&config).unwrap_or_default();
+    let body = serde_saphyr::to_string(&config).unwrap_or_default();
     let text = format!(
         "# Rendered by toolgate-operator from McpServer {ns}/{name}. Do not edit: changes are overwritten.\n{body}"
     );

@@ -142,7 +142,7 @@ fn every_dashboard_panel_and_alert_is_valid_promql_over_exported_metrics() {
         }
     }
     for file in ["files/alerts-proxy.yaml", "files/alerts-operator.yaml"] {
-        let alerts: Value = serde_yaml::from_str(&std::fs::read_to_string(chart().join(file)).unwrap()).unwrap();
+        let alerts: Value = serde_saphyr::from_str(&std::fs::read_to_string(chart().join(file)).unwrap()).unwrap();
         for g in alerts["groups"].as_array().unwrap() {
             for r in g["rules"].as_array().unwrap() {
                 let name = r["alert"].as_str().unwrap().to_string();
@@ -171,7 +171,7 @@ fn every_dashboard_panel_and_alert_is_valid_promql_over_exported_metrics() {
     let file = control_plane_free_dir().join("dashboard-rules.yaml");
     std::fs::write(
         &file,
-        serde_yaml::to_string(&json!({"groups": [{"name": "dashboard", "rules": rules}]})).unwrap(),
+        serde_saphyr::to_string(&json!({"groups": [{"name": "dashboard", "rules": rules}]})).unwrap(),
     )
     .unwrap();
     let out = run(Command::new(tool_path("promtool")).args(["check", "rules"]).arg(&file));

@@ -19,9 +19,7 @@ fn crds_directory_matches_the_rust_types() {
 fn crds_have_printer_columns_short_names_and_the_toolgate_category() {
     let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/toolgate.yaml"))
         .unwrap();
-    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .collect();
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
     let by_kind = |k: &str| docs.iter().find(|d| d["spec"]["names"]["kind"] == k).unwrap().clone();
     let columns = |d: &serde_json::Value| -> Vec<String> {
         d["spec"]["versions"][0]["additionalPrinterColumns"]

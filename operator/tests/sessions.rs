@@ -78,7 +78,7 @@ async fn the_session_key_lives_in_an_owned_secret_every_gateway_replica_mounts_a
         "sessionTtlSeconds: 600",
         "url: redis://redis.shared.svc:6379/3",
         "passwordFile: /etc/toolgate/secrets/store-password/password",
-        &format!("keyPrefix: 'toolgate:{ns}:shop:'"),
+        &format!("keyPrefix: \"toolgate:{ns}:shop:\""),
     ] {
         assert!(text.contains(want), "{want} in\n{text}");
     }

@@ -4,7 +4,7 @@ use toolgate_operator::crd::{McpServer, McpTool};
 
 fn main() -> anyhow::Result<()> {
     for crd in [McpServer::crd(), McpTool::crd()] {
-        print!("---\n{}", serde_yaml::to_string(&crd)?);
+        print!("---\n{}", serde_saphyr::to_string(&crd)?);
     }
     Ok(())
 }

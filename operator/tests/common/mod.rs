@@ -74,8 +74,7 @@ async fn install_crds(kubeconfig: &Path) {
     let api: Api<CustomResourceDefinition> = Api::all(client);
     let text = std::fs::read_to_string(repo().join("crds/toolgate.yaml")).expect("crds/toolgate.yaml");
     let mut names = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let crd: Value = serde::Deserialize::deserialize(doc).expect("yaml");
+    for crd in serde_saphyr::from_multiple::<Value>(&text).expect("yaml") {
         if crd.is_null() {
             continue;
         }
