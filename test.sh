@@ -36,6 +36,9 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "cargo deny: licenses, banned crates (one TLS and crypto stack), sources (deny.toml)"
+tests/deny.sh
+
 step "cargo test --workspace"
 cargo test --workspace --locked
 
