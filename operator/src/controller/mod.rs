@@ -1,6 +1,7 @@
 //! The controllers: McpServer (renders, injects, reports) and McpTool (reports tools whose
 //! server does not exist). Context, errors, backoff and the watches live here.
 
+mod keys;
 mod server;
 mod tool;
 

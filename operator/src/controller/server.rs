@@ -23,7 +23,6 @@ use crate::crd::{HasConditions, McpServer, McpServerStatus, McpTool, McpToolStat
 use crate::inject::{self, applied_hash, CONTAINER, HASH_ANNOTATION, SERVER_ANNOTATION};
 use crate::objects;
 use crate::render::{self, configmap_name, render, service_name, Rendered, Verdict};
-use crate::sessionkeys::Keys;
 use crate::status::{condition, kind, merge, reason};
 
 /// Event notes are capped at 1024 bytes by the API.
@@ -58,97 +57,6 @@ pub(super) fn secret_names(s: &McpServer) -> Vec<String> {
         names.push(render::session_secret_name(s));
     }
     names
-}
-
-/// The Secret `doc` of `keys`, owned by `server`.
-fn session_secret(server: &McpServer, keys: &Keys, resource_version: Option<String>) -> Secret {
-    let mut meta: ObjectMeta = serde_json::from_value(objects::owned_meta(
-        server,
-        &render::session_secret_name(server),
-        "session-keys",
-    ))
-    .unwrap_or_default();
-    meta.labels.get_or_insert_with(Default::default).insert(
-        crate::guard::SECRET_USAGE_LABEL.into(),
-        crate::guard::SECRET_USAGE_PROXY.into(),
-    );
-    meta.annotations = Some(keys.annotations());
-    meta.resource_version = resource_version;
-    Secret {
-        metadata: meta,
-        type_: Some("Opaque".into()),
-        data: Some(std::collections::BTreeMap::from([(
-            render::SESSION_KEYS_KEY.to_string(),
-            k8s_openapi::ByteString(keys.text().into_bytes()),
-        )])),
-        ..Secret::default()
-    }
-}
-
-/// Creates the server's session-key Secret, or moves its key rotation on. `Ok(Err(_))`: a
-/// Secret of that name that is not the operator's (reported, never touched).
-async fn ensure_session_keys(
-    server: &McpServer,
-    ctx: &Context,
-    api: &Api<Secret>,
-) -> Result<Result<Option<std::time::Duration>, String>, Error> {
-    let name = render::session_secret_name(server);
-    let sessions = server.spec.sessions.as_ref();
-    let want = ServerSessions::key_generation(sessions);
-    let ttl = std::time::Duration::from_secs(ServerSessions::ttl_seconds(sessions));
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let Some(live) = api.get_opt(&name).await? else {
-        let doc = session_secret(server, &Keys::fresh(want, now), None);
-        match api.create(&kube::api::PostParams::default(), &doc).await {
-            Ok(_) => {}
-            // Created meanwhile (another reconcile): look again shortly.
-            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Ok(Some(std::time::Duration::from_secs(1)))),
-            Err(e) => return Err(e.into()),
-        }
-        ctx.metrics.write("Secret", "create");
-        info!(secret = %name, "session key created");
-        return Ok(Ok(None));
-    };
-    // Owned, and labelled as the operator's: with the chart, only the operator may write that
-    // label on a Secret, so an owner reference someone else copied is not enough.
-    let labelled = live
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(objects::MANAGED_BY.0))
-        .is_some_and(|v| v == objects::MANAGED_BY.1);
-    if !is_owned_by(&live.metadata, server) || !labelled {
-        return Ok(Err(format!(
-            "{}; the operator keeps this server's session keys in it",
-            foreign("Secret", &name)
-        )));
-    }
-    let text = live
-        .data
-        .as_ref()
-        .and_then(|d| d.get(render::SESSION_KEYS_KEY))
-        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        .unwrap_or_default();
-    let Some(keys) = Keys::read(&text, live.metadata.annotations.as_ref()) else {
-        return Ok(Err(format!(
-            "Secret {name} does not hold session keys as the operator writes them; delete it and a new key is made (open 2025-era sessions then start over)"
-        )));
-    };
-    let (next, again) = keys.step(want, now, ctx.defaults.session_key_propagation, ttl);
-    if let Some(next) = next {
-        let doc = session_secret(server, &next, live.metadata.resource_version.clone());
-        api.replace(&name, &kube::api::PostParams::default(), &doc).await?;
-        ctx.metrics.write("Secret", "update");
-        let note = format!(
-            "Session key generation {}: {:?} (Secret {name})",
-            next.generation, next.phase
-        );
-        info!(secret = %name, generation = next.generation, phase = ?next.phase, "session key rotation");
-        publish(ctx, server, EventType::Normal, reason::SESSION_KEY_ROTATED, note).await;
-    }
-    Ok(Ok(again))
 }
 
 fn backoff_key(server: &McpServer) -> String {
@@ -226,7 +134,7 @@ pub(crate) fn is_subset(doc: &Value, live: &Value) -> bool {
     }
 }
 
-fn is_owned_by(meta: &ObjectMeta, server: &McpServer) -> bool {
+pub(super) fn is_owned_by(meta: &ObjectMeta, server: &McpServer) -> bool {
     meta.owner_references
         .iter()
         .flatten()
@@ -289,7 +197,7 @@ fn static_kind(kind: &str) -> &'static str {
     }
 }
 
-async fn publish(
+pub(super) async fn publish(
     ctx: &Context,
     object: &impl Resource<DynamicType = ()>,
     type_: EventType,
@@ -317,7 +225,7 @@ async fn publish(
     ctx.metrics.write("Event", "create");
 }
 
-fn foreign(what: &str, name: &str) -> String {
+pub(super) fn foreign(what: &str, name: &str) -> String {
     format!("{what} {name} exists and is not owned by this McpServer; rename or delete it")
 }
 
@@ -338,7 +246,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let mut requeue = None;
     let mut key_problem = None;
     if ServerSessions::sealed(server.spec.sessions.as_ref()) && !ctx.guard.protects(&ns) {
-        match ensure_session_keys(server, ctx, &secrets).await? {
+        match super::keys::ensure(server, ctx, &secrets).await? {
             Ok(again) => requeue = again,
             Err(message) => key_problem = Some(message),
         }

@@ -229,15 +229,13 @@ pub(crate) async fn tools_call(
     // A session ended on another replica gets 404 whatever it asks. A call that gets as far as
     // its limits learns that in the same store round trip; one refused before them asks here.
     let name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
-    let reaches_limits = name
-        .and_then(|n| rt.tool(n))
-        .is_some_and(|t| authorize(policy, who, &t.config).is_ok());
-    if !reaches_limits {
-        if let Some(s) = peer.session {
-            if super::admit::session_revoked(shared, s).await {
-                audit.finish("invalid", "unknown_session", None);
-                return Reply::Http(session_gone(id));
-            }
+    if let Some(s) = peer.session.filter(|s| s.expires.is_some()) {
+        let reaches_limits = name
+            .and_then(|n| rt.tool(n))
+            .is_some_and(|t| authorize(policy, who, &t.config).is_ok());
+        if !reaches_limits && super::admit::session_revoked(shared, s).await {
+            audit.finish("invalid", "unknown_session", None);
+            return Reply::Http(session_gone(id));
         }
     }
     let Some(name) = name else {
