@@ -26,10 +26,10 @@ struct State {
     requests: AtomicU64,
 }
 
-/// Binds `addr` and serves until the process ends.
+/// Binds `addr` and serves until SIGTERM or Ctrl-C, then drains in-flight requests.
 pub async fn run(addr: SocketAddr) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr).await?;
-    serve(listener).await
+    serve_until(listener, shutdown_signal()).await
 }
 
 /// Starts the service on an ephemeral loopback port in the background; returns its address.
@@ -42,23 +42,62 @@ pub async fn spawn() -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// Serves HTTP/1.1 on `listener`.
+/// Serves HTTP/1.1 on `listener` until the task ends.
 pub async fn serve(listener: TcpListener) -> anyhow::Result<()> {
+    serve_until(listener, std::future::pending()).await
+}
+
+/// How long in-flight requests may take to finish after the shutdown signal.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Serves HTTP/1.1 on `listener` until `shutdown` completes; then stops accepting, lets open
+/// connections finish their request (keep-alive ones are closed after it) for up to [`DRAIN`],
+/// and returns. As PID 1 in a container nothing else handles SIGTERM, so without this every
+/// rollout would wait out the pod's whole grace period.
+pub async fn serve_until(listener: TcpListener, shutdown: impl std::future::Future<Output = ()>) -> anyhow::Result<()> {
     let state = Arc::new(State {
         next_ticket: AtomicU64::new(1000),
         ..State::default()
     });
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
     loop {
-        let (stream, _) = listener.accept().await?;
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            () = &mut shutdown => break,
+        };
         let _ = stream.set_nodelay(true);
         let state = state.clone();
+        let svc = service_fn(move |req| handle(state.clone(), req));
+        let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+            .http1_only()
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
+        let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            let svc = service_fn(move |req| handle(state.clone(), req));
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .http1_only()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            let _ = conn.await;
         });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
+        eprintln!("example-service: connections still open after {DRAIN:?}; exiting");
+    }
+    Ok(())
+}
+
+/// SIGTERM (what the kubelet sends) or Ctrl-C.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
