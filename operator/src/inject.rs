@@ -120,11 +120,18 @@ pub fn proxy_container(server: &McpServer, mounts: &[SecretMount], defaults: &Pr
     c
 }
 
+/// The empty directory mounted (read-only) over the proxy's service-account token path. In
+/// memory: on disk even an empty directory's 4 KiB block counts against `sizeLimit`, and a
+/// real kubelet evicted every pod with the 1 KiB limit this once had.
+fn no_token_volume() -> Value {
+    json!({"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "64Ki"}})
+}
+
 /// The pod volumes the proxy needs: the ConfigMap and each Secret key.
 pub fn proxy_volumes(server: &McpServer, mounts: &[SecretMount]) -> Vec<Value> {
     let mut v = vec![
         json!({"name": CONFIG_VOLUME, "configMap": {"name": configmap_name(server)}}),
-        json!({"name": NO_TOKEN_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}}),
+        no_token_volume(),
     ];
     for m in mounts {
         v.push(json!({"name": volume_name(m), "secret": {"secretName": m.secret, "items": [{"key": m.key, "path": m.key}]}}));
@@ -204,9 +211,10 @@ mod tests {
         let volumes = &p["spec"]["template"]["spec"]["volumes"];
         assert_eq!(volumes[0]["configMap"]["name"], "shop-toolgate");
         // The proxy never sees the pod's ServiceAccount token.
+        // In memory: on disk an empty directory's block already exceeds a tiny sizeLimit.
         assert_eq!(
             volumes[1],
-            json!({"name": NO_TOKEN_VOLUME, "emptyDir": {"sizeLimit": "1Ki"}})
+            json!({"name": NO_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "64Ki"}})
         );
         assert_eq!(
             c["volumeMounts"][1],
