@@ -265,13 +265,17 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
     let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
     apply_shop_server(&c, &ns).await;
     let servers: Api<McpServer> = Api::namespaced(c.clone(), &ns);
-    eventually("the sample Ready", WAIT, || async {
-        let s = servers.get("shop").await.ok()?;
-        s.status?
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+    // The tool and the server arrive on separate watches, so the server's first reconcile may
+    // run before the tool's event and honestly report Ready with no tools; the sample is done
+    // once it is Ready with its one tool rendered.
+    eventually("the sample Ready with its tool", WAIT, || async {
+        let status = servers.get("shop").await.ok()?.status?;
+        (status.tools == Some(1)
+            && status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True"))
+        .then_some(())
     })
     .await;
     let cm = Api::<ConfigMap>::namespaced(c.clone(), &ns)
