@@ -3,8 +3,10 @@
 # tests (the operator's against a real kube-apiserver + etcd from e2e/control-plane.sh; the
 # chart with real helm and promtool; traces into a real OpenTelemetry Collector), then
 # real MCP clients (official Python SDK, official conformance suite) against the built
-# binaries, and the Python and TypeScript SDKs against three replicas behind nginx sharing a
-# real Redis. Installs or builds what it needs first (cached under ~/.cache/toolgate).
+# binaries, the Python and TypeScript SDKs against three replicas behind nginx sharing a real
+# Redis, and last the chart, operator, sidecars and gateways in real pods on a real node
+# (e2e/node-suite.sh; needs root). Installs or builds what it needs first (cached under
+# ~/.cache/toolgate).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -28,6 +30,7 @@ fi
 step "test tools: MCP clients (Python SDK, conformance), the control plane, helm, promtool, an OTLP collector (cached)"
 tests/clients/install.sh
 e2e/control-plane.sh build
+e2e/node.sh build
 e2e/tools.sh build
 
 step "cargo fmt --check"
@@ -49,3 +52,6 @@ TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/run.sh
 
 step "real MCP clients against three replicas behind a round-robin balancer, sharing Redis"
 TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/replicas.sh
+
+step "Toolgate on a real node (kubelet, containerd, kube-proxy, CoreDNS): the chart's operator, sidecars and gateways in pods"
+e2e/node-suite.sh

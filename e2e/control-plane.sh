@@ -37,13 +37,14 @@
 #   e2e/control-plane.sh status <dir>              exit 0 if both run and /readyz answers ok
 #
 # What `start <dir>` leaves in <dir> (an absolute path is used; no whitespace allowed):
-#   kubeconfig   server https://127.0.0.1:<port>, CA embedded, user admin (static token,
+#   kubeconfig   server https://$CONTROL_PLANE_ADDRESS:<port>, CA embedded, user admin (static token,
 #                group system:masters)
 #   env          KEY=value lines (source it with `set -a; . <dir>/env; set +a`):
-#                KUBECONFIG APISERVER_URL APISERVER_TOKEN APISERVER_CA ETCD_URL
+#                KUBECONFIG APISERVER_URL APISERVER_ADDRESS APISERVER_TOKEN APISERVER_CA ETCD_URL
 #                APISERVER_PID ETCD_PID KUBE_APISERVER_BIN ETCD_BIN SERVICE_ACCOUNT_ISSUER
 #   etcd.log kube-apiserver.log   logs (appended to across restarts)
-#   pki/         ca.crt ca.key apiserver.crt apiserver.key sa.key sa.pub, tokens.csv
+#   pki/         ca.crt ca.key apiserver.crt apiserver.key sa.key sa.pub, tokens.csv,
+#                kubelet-client.crt kubelet-client.key (the API server's identity to kubelets)
 #   etcd-data/   etcd's data dir
 # Without a controller-manager: no ReplicaSets/pods from Deployments, no "default"
 # ServiceAccount in namespaces, no garbage collection, and a deleted namespace stays
@@ -52,7 +53,12 @@
 # Environment: TOOLGATE_CACHE (cache root), CONTROL_PLANE_READY_TIMEOUT (seconds, default 90),
 # CONTROL_PLANE_STOP_WITH_PID (start: stop the control plane when that process exits; with
 # CONTROL_PLANE_REMOVE_DIR=1 also remove <dir>; test harnesses use it),
-# CONTROL_PLANE_SERVICE_CIDR (default 127.0.100.0/24: Service ClusterIPs stay on loopback).
+# CONTROL_PLANE_SERVICE_CIDR (default 127.0.100.0/24: Service ClusterIPs stay on loopback),
+# CONTROL_PLANE_ADDRESS (default 127.0.0.1: the address kube-apiserver binds and advertises and
+# the kubeconfig names; e2e/node.sh sets its bridge address so pods reach it, and writes the
+# `kubernetes` Service's endpoints itself: the API server's own reconciler holds its shutdown
+# up by 20-30 s), CONTROL_PLANE_EXTRA_ARGS (more kube-apiserver
+# flags, whitespace-separated; a flag given twice takes the later value).
 # Needs: go (>= 1.26.0, only to build), openssl, curl; ss and flock are used when present.
 set -euo pipefail
 
@@ -67,6 +73,11 @@ READY_TIMEOUT=${CONTROL_PLANE_READY_TIMEOUT:-90}
 # Service ClusterIPs come from a loopback range: with no kube-proxy nothing routes them, and a
 # test that connects to one by mistake stays on 127.0.0.0/8 (accepted by v1.34 validation).
 SERVICE_CIDR=${CONTROL_PLANE_SERVICE_CIDR:-127.0.100.0/24}
+API_ADDRESS=${CONTROL_PLANE_ADDRESS:-127.0.0.1}
+# The first address of the Service range is the `kubernetes` Service's ClusterIP: in-cluster
+# clients connect to it, so the serving certificate names it.
+SERVICE_CIDR_BASE=${SERVICE_CIDR%/*}
+KUBERNETES_SERVICE_IP=${SERVICE_CIDR_BASE%.*}.$((${SERVICE_CIDR_BASE##*.} + 1))
 
 SELF=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
 
@@ -117,39 +128,7 @@ kill_and_wait() {
 
 build_kube_apiserver() {
   [[ -x $KUBE_APISERVER_BIN ]] && return 0
-  command -v go >/dev/null || die "go is needed to build kube-apiserver"
-  local start=$SECONDS tmp gomod repos
-  tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-kube-apiserver.XXXXXX")
-  CLEANUP_PATHS+=("$tmp")
-  log "building kube-apiserver $K8S_VERSION (cold: ~5 min on 2 cores) ..."
-  gomod=$(cd "$tmp" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
-    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -f $gomod ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
-  # Every "k8s.io/<repo> => ./staging/src/k8s.io/<repo>" in kubernetes' go.mod.
-  repos=$(sed -n 's|^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*|\1|p' "$gomod")
-  [[ -n $repos ]] || die "no staging replace lines found in $gomod"
-  {
-    echo "module toolgate.local/e2e/kube-apiserver-build"
-    echo
-    echo "go $(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
-    sed -n '/^godebug /p' "$gomod"
-    echo
-    echo "require k8s.io/kubernetes $K8S_VERSION"
-    echo
-    echo "replace ("
-    local r
-    for r in $repos; do echo "	$r => $r $K8S_STAGING_VERSION"; done
-    echo ")"
-  } >"$tmp/go.mod"
-  local v=${K8S_VERSION#v} pkgv=k8s.io/component-base/version
-  local ldflags="-s -w -X $pkgv.gitVersion=$K8S_VERSION -X $pkgv.gitMajor=${v%%.*}"
-  ldflags+=" -X $pkgv.gitMinor=$(cut -d. -f2 <<<"$v") -X $pkgv.gitTreeState=clean"
-  ldflags+=" -X $pkgv.buildDate=1970-01-01T00:00:00Z"
-  mkdir -p "$(dirname "$KUBE_APISERVER_BIN")"
-  CLEANUP_PATHS+=("$KUBE_APISERVER_BIN.tmp.$$")
-  go_build_in_module "$tmp" "$KUBE_APISERVER_BIN.tmp.$$" k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
-  mv -f "$KUBE_APISERVER_BIN.tmp.$$" "$KUBE_APISERVER_BIN"
-  log "built kube-apiserver $K8S_VERSION in $((SECONDS - start)) s: $KUBE_APISERVER_BIN"
+  build_k8s_binary kube-apiserver "$KUBE_APISERVER_BIN"
 }
 
 build_etcd() {
@@ -230,11 +209,12 @@ write_env() {
   local apiserver_pid=$1 etcd_pid=$2
   cat >"$DIR/env.tmp" <<EOF
 KUBECONFIG=$DIR/kubeconfig
-APISERVER_URL=https://127.0.0.1:$API_PORT
+APISERVER_URL=https://$API_ADDRESS:$API_PORT
 APISERVER_PORT=$API_PORT
+APISERVER_ADDRESS=$API_ADDRESS
 APISERVER_TOKEN=$ADMIN_TOKEN
 APISERVER_CA=$DIR/pki/ca.crt
-SERVICE_ACCOUNT_ISSUER=https://127.0.0.1:$API_PORT
+SERVICE_ACCOUNT_ISSUER=https://$API_ADDRESS:$API_PORT
 ETCD_URL=http://127.0.0.1:$ETCD_PORT
 ETCD_CLIENT_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
@@ -259,7 +239,7 @@ kind: Config
 clusters:
 - name: toolgate-e2e
   cluster:
-    server: https://127.0.0.1:$API_PORT
+    server: https://$API_ADDRESS:$API_PORT
     certificate-authority-data: $ca_b64
 users:
 - name: admin
@@ -301,8 +281,9 @@ keyUsage = critical, digitalSignature
 extendedKeyUsage = serverAuth
 subjectKeyIdentifier = hash
 authorityKeyIdentifier = keyid
-subjectAltName = IP:127.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
+subjectAltName = IP:127.0.0.1, IP:@API_ADDRESS@, IP:@KUBERNETES_SERVICE_IP@, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc, DNS:kubernetes.default.svc.cluster.local
 EOF
+  sed -i "s/@API_ADDRESS@/$API_ADDRESS/; s/@KUBERNETES_SERVICE_IP@/$KUBERNETES_SERVICE_IP/" "$pki/openssl.cnf"
   (
     cd "$pki"
     openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
@@ -317,6 +298,13 @@ EOF
     rm -f apiserver.csr
     openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key 2>/dev/null
     openssl pkey -in sa.key -pubout -out sa.pub
+    # The API server's client identity towards kubelets (logs, exec, port-forward).
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out kubelet-client.key
+    openssl req -new -key kubelet-client.key \
+      -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" -out kubelet-client.csr
+    openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key \
+      -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 -out kubelet-client.crt 2>/dev/null
+    rm -f kubelet-client.csr
     printf '%s,admin,admin-uid,"system:masters"\n' "$(openssl rand -hex 32)" >tokens.csv
     chmod 600 ./*.key tokens.csv
   )
@@ -369,9 +357,10 @@ start_etcd() {
 
 write_apiserver_args() {
   local pki=$DIR/pki
+  # shellcheck disable=SC2086  # CONTROL_PLANE_EXTRA_ARGS is a whitespace-separated flag list
   printf '%s\n' \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
+    --bind-address="$API_ADDRESS" \
+    --advertise-address="$API_ADDRESS" \
     --secure-port="$API_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file="$pki/apiserver.crt" \
@@ -379,15 +368,19 @@ write_apiserver_args() {
     --client-ca-file="$pki/ca.crt" \
     --token-auth-file="$pki/tokens.csv" \
     --authorization-mode=RBAC \
-    --service-account-issuer="https://127.0.0.1:$API_PORT" \
+    --service-account-issuer="https://$API_ADDRESS:$API_PORT" \
     --service-account-key-file="$pki/sa.pub" \
     --service-account-signing-key-file="$pki/sa.key" \
     --service-cluster-ip-range="$SERVICE_CIDR" \
+    --kubelet-client-certificate="$pki/kubelet-client.crt" \
+    --kubelet-client-key="$pki/kubelet-client.key" \
+    --kubelet-preferred-address-types=InternalIP,Hostname \
     --endpoint-reconciler-type=none \
     --cert-dir="$pki/generated" \
     --allow-privileged=true \
     --profiling=false \
     --v=1 \
+    ${CONTROL_PLANE_EXTRA_ARGS:-} \
     >"$DIR/kube-apiserver.args"
 }
 
@@ -400,7 +393,7 @@ start_apiserver() {
   CLEANUP_PIDS+=("$APISERVER_PID")
   wait_http kube-apiserver "$APISERVER_PID" "$DIR/kube-apiserver.log" "$READY_TIMEOUT" \
     --cacert "$DIR/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
-    "https://127.0.0.1:$API_PORT/readyz"
+    "https://$API_ADDRESS:$API_PORT/readyz"
 }
 
 # port_taken_since <log> <byte offset>: the process logged a bind failure after that offset
@@ -431,7 +424,7 @@ cmd_start() {
     fresh=
     # A stopped control plane: start it again on the same ports, certs and etcd data.
     API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT
-    ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
+    ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT API_ADDRESS=${ENV_APISERVER_ADDRESS:-127.0.0.1}
     ADMIN_TOKEN=$(cut -d, -f1 "$DIR/pki/tokens.csv")
     log "starting the stopped control plane in $DIR again (same ports, certs, etcd data)"
   else
@@ -489,7 +482,7 @@ cmd_start() {
   t2=$(now_ms)
   log "ready in $(fmt_ms $((t2 - t0))) s (etcd healthy after $(fmt_ms $((t1 - t0))) s," \
     "kube-apiserver /readyz after $(fmt_ms $((t2 - t1))) s more):" \
-    "https://127.0.0.1:$API_PORT, etcd 127.0.0.1:$ETCD_PORT, KUBECONFIG=$DIR/kubeconfig"
+    "https://$API_ADDRESS:$API_PORT, etcd 127.0.0.1:$ETCD_PORT, KUBECONFIG=$DIR/kubeconfig"
 }
 
 cmd_stop() {
@@ -510,7 +503,7 @@ cmd_restart_apiserver() {
   load_env
   pid_is_ours "${ENV_ETCD_PID:-}" "$DIR" || die "etcd is not running in $DIR"
   API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
-  ADMIN_TOKEN=$ENV_APISERVER_TOKEN
+  API_ADDRESS=${ENV_APISERVER_ADDRESS:-127.0.0.1} ADMIN_TOKEN=$ENV_APISERVER_TOKEN
   local t0 t1 t2
   t0=$(now_ms)
   if pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR"; then

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shell helpers shared by e2e/control-plane.sh and e2e/tools.sh (sourced, not run). The caller
+# Shell helpers shared by e2e/control-plane.sh, e2e/node.sh and e2e/tools.sh (sourced, not run). The caller
 # defines log() and die() and sets CACHE_DIR.
 
 # go_build_in_module <tmpdir> <out> <package> <ldflags>: builds in the throwaway module at tmpdir.
@@ -45,4 +45,44 @@ free_port() {
     return 0
   done
   die "no free port found on 127.0.0.1"
+}
+
+# build_k8s_binary <component> <out>: builds k8s.io/kubernetes/cmd/<component> at $K8S_VERSION
+# into <out> (atomically). k8s.io/kubernetes's own go.mod requires its staging repos (k8s.io/api,
+# apimachinery, apiserver, client-go, component-base, kms, ...) at v0.0.0 and replaces them with
+# ./staging/src/...; replace lines are ignored in a dependency, so a throwaway module re-derives
+# that replace list from the downloaded go.mod and maps each k8s.io/<repo> to
+# k8s.io/<repo> $K8S_STAGING_VERSION. Uses CLEANUP_PATHS for its temp dir and partial output.
+build_k8s_binary() {
+  local component=$1 out=$2 start=$SECONDS tmp gomod repos r
+  command -v go >/dev/null || die "go is needed to build $component"
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-$component.XXXXXX")
+  CLEANUP_PATHS+=("$tmp")
+  log "building $component $K8S_VERSION ..."
+  gomod=$(cd "$tmp" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -f $gomod ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
+  repos=$(sed -n 's|^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*|\1|p' "$gomod")
+  [[ -n $repos ]] || die "no staging replace lines found in $gomod"
+  {
+    echo "module toolgate.local/e2e/$component-build"
+    echo
+    echo "go $(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")"
+    sed -n '/^godebug /p' "$gomod"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    for r in $repos; do echo "	$r => $r $K8S_STAGING_VERSION"; done
+    echo ")"
+  } >"$tmp/go.mod"
+  local v=${K8S_VERSION#v} pkgv=k8s.io/component-base/version
+  local ldflags="-s -w -X $pkgv.gitVersion=$K8S_VERSION -X $pkgv.gitMajor=${v%%.*}"
+  ldflags+=" -X $pkgv.gitMinor=$(cut -d. -f2 <<<"$v") -X $pkgv.gitTreeState=clean"
+  ldflags+=" -X $pkgv.buildDate=1970-01-01T00:00:00Z"
+  mkdir -p "$(dirname "$out")"
+  CLEANUP_PATHS+=("$out.tmp.$$")
+  go_build_in_module "$tmp" "$out.tmp.$$" "k8s.io/kubernetes/cmd/$component" "$ldflags"
+  mv -f "$out.tmp.$$" "$out"
+  log "built $component $K8S_VERSION in $((SECONDS - start)) s: $out"
 }
