@@ -26,8 +26,6 @@ echo "==> building (cargo build --release)"
 cargo build --release --locked -q -p toolgate-proxy -p toolgate-example-service -p toolgate-operator
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$target_dir/release"
-e2e/tools.sh build helm
-HELM=$(e2e/tools.sh path helm)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-demo.XXXXXX")
 pids=()
@@ -41,15 +39,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "==> a real node: control plane, kubelet + containerd, kube-proxy, CoreDNS (e2e/node.sh)"
-NODE_STOP_WITH_PID=$$ e2e/node.sh start "$WORK/node"
+echo "==> a real node (control plane, kubelet + containerd, kube-proxy, CoreDNS), the images, helm install charts/toolgate"
+NODE_STOP_WITH_PID=$$ e2e/node.sh up "$WORK/node" "$BIN"
 export KUBECONFIG="$WORK/node/cp/kubeconfig"
-e2e/images.sh "$BIN" "$WORK/images"
-e2e/node.sh import "$WORK/node" "$WORK/images"/*.tar
-
-echo "==> helm install charts/toolgate (namespace toolgate-system)"
-export HELM_CACHE_HOME=$WORK/helm/cache HELM_CONFIG_HOME=$WORK/helm/config HELM_DATA_HOME=$WORK/helm/data
-"$HELM" install toolgate charts/toolgate --namespace toolgate-system --create-namespace --wait --timeout 180s >/dev/null
 kubectl get pods -n toolgate-system
 
 echo "==> example/k8s/ applied: the shop Deployment, McpServer shop, four McpTools"

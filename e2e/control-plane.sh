@@ -138,9 +138,7 @@ build_etcd() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-etcd.XXXXXX")
   CLEANUP_PATHS+=("$tmp")
   log "building etcd $ETCD_VERSION ..."
-  gomod=$(cd "$tmp" && go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" |
-    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -f $gomod ]] || die "could not download go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  gomod=$(download_gomod "$tmp" "go.etcd.io/etcd/server/v3@$ETCD_VERSION")
   # etcd's server/v3 requires its sibling modules (api, client, pkg) at the same exact release,
   # so no replace lines are needed.
   {
@@ -185,14 +183,6 @@ pid_is_ours() {
   [[ -n $pid && $pid =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/"
-}
-
-# abs_dir <dir>: creates it and sets DIR to its absolute path (no whitespace allowed).
-abs_dir() {
-  [[ -n ${1:-} ]] || usage
-  mkdir -p -- "$1"
-  DIR=$(cd -- "$1" && pwd -P)
-  [[ $DIR != *[[:space:]]* ]] || die "<dir> must not contain whitespace: $DIR"
 }
 
 # load_env: reads $DIR/env into ENV_<KEY> variables (KEY=value lines, no quoting).

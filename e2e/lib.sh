@@ -47,6 +47,24 @@ free_port() {
   die "no free port found on 127.0.0.1"
 }
 
+# download_gomod <tmpdir> <module@version>: downloads the module, prints the path of its go.mod.
+download_gomod() {
+  local gomod
+  gomod=$(cd "$1" && go mod download -json "$2" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -f $gomod ]] || die "could not download $2"
+  echo "$gomod"
+}
+
+# abs_dir <dir>: creates it and sets DIR to its absolute path (no whitespace allowed); the
+# caller defines usage().
+abs_dir() {
+  [[ -n ${1:-} ]] || usage
+  mkdir -p -- "$1"
+  DIR=$(cd -- "$1" && pwd -P)
+  [[ $DIR != *[[:space:]]* ]] || die "<dir> must not contain whitespace: $DIR"
+}
+
 # build_k8s_binary <component> <out>: builds k8s.io/kubernetes/cmd/<component> at $K8S_VERSION
 # into <out> (atomically). k8s.io/kubernetes's own go.mod requires its staging repos (k8s.io/api,
 # apimachinery, apiserver, client-go, component-base, kms, ...) at v0.0.0 and replaces them with
@@ -59,9 +77,7 @@ build_k8s_binary() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-$component.XXXXXX")
   CLEANUP_PATHS+=("$tmp")
   log "building $component $K8S_VERSION ..."
-  gomod=$(cd "$tmp" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
-    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -f $gomod ]] || die "could not download k8s.io/kubernetes@$K8S_VERSION"
+  gomod=$(download_gomod "$tmp" "k8s.io/kubernetes@$K8S_VERSION")
   repos=$(sed -n 's|^[[:space:]]*\(k8s.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*|\1|p' "$gomod")
   [[ -n $repos ]] || die "no staging replace lines found in $gomod"
   {

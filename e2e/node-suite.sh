@@ -20,8 +20,6 @@ if [[ -z ${TOOLGATE_RELEASE_DIR:-} ]]; then
   target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
   TOOLGATE_RELEASE_DIR=$target_dir/release
 fi
-e2e/tools.sh build
-HELM=$(e2e/tools.sh path helm)
 # shellcheck disable=SC1091
 . "$TOOLGATE_CACHE/clients.env" 2>/dev/null || true
 PYTHON=${VENV_PYTHON:-$TOOLGATE_CACHE/venv/bin/python}
@@ -50,16 +48,8 @@ stop_node() {
 trap stop_node EXIT
 trap 'exit 130' INT TERM
 
-t0=$SECONDS
 [[ ${TOOLGATE_KEEP_NODE:-} == 1 ]] || export NODE_STOP_WITH_PID=$$
-e2e/node.sh start "$WORK/node"
+e2e/node.sh up "$WORK/node" "$TOOLGATE_RELEASE_DIR"
 export KUBECONFIG=$WORK/node/cp/kubeconfig
-e2e/images.sh "$TOOLGATE_RELEASE_DIR" "$WORK/images"
-e2e/node.sh import "$WORK/node" "$WORK/images"/*.tar
-say "helm install charts/toolgate (namespace toolgate-system)"
-export HELM_CACHE_HOME=$WORK/helm/cache HELM_CONFIG_HOME=$WORK/helm/config HELM_DATA_HOME=$WORK/helm/data
-"$HELM" install toolgate charts/toolgate --namespace toolgate-system --create-namespace \
-  --wait --timeout 180s >/dev/null
-say "cluster, images and chart ready in $((SECONDS - t0)) s"
-TOOLGATE_NODE_DIR=$WORK/node TOOLGATE_IMAGES=$WORK/images TOOLGATE_OPERATOR_NS=toolgate-system \
+TOOLGATE_NODE_DIR=$WORK/node TOOLGATE_IMAGES=$WORK/node/images TOOLGATE_OPERATOR_NS=toolgate-system \
   "$PYTHON" -m pytest -q -s -p no:cacheprovider e2e/test_node.py ${PYTEST_ARGS:-}

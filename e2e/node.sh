@@ -25,6 +25,8 @@
 #   e2e/node.sh stop <dir>     stop everything it started and remove every pod, mount, network
 #                              namespace, iptables chain, cgroup, bridge and path it made
 #   e2e/node.sh import <dir> <image.tar>...   import image tarballs into the node's containerd
+#   e2e/node.sh up <dir> <bin dir>   start, build the images from <bin dir> (e2e/images.sh) into
+#                              <dir>/images, import them, helm install charts/toolgate
 #   e2e/node.sh footprint      what a node leaves on this machine (chains, links, mounts, cgroups,
 #                              paths, processes, sysctls): the suite compares it before and after
 #
@@ -115,9 +117,7 @@ build_coredns() {
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/toolgate-coredns.XXXXXX")
   CLEANUP_PATHS+=("$tmp")
   log "building CoreDNS $COREDNS_VERSION ..."
-  gomod=$(cd "$tmp" && go mod download -json "github.com/coredns/coredns@$COREDNS_VERSION" |
-    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -f $gomod ]] || die "could not download github.com/coredns/coredns@$COREDNS_VERSION"
+  gomod=$(download_gomod "$tmp" "github.com/coredns/coredns@$COREDNS_VERSION")
   printf 'module toolgate.local/e2e/coredns-build\n\ngo %s\n\nrequire github.com/coredns/coredns %s\n' \
     "$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$gomod")" "$COREDNS_VERSION" >"$tmp/go.mod"
   mkdir -p "$(dirname "$COREDNS_BIN")"
@@ -196,13 +196,6 @@ cmd_build() {
 
 # The one node of this machine is recorded here (the paths above cannot be moved either).
 NODE_MARK=/run/toolgate-node
-
-abs_dir() {
-  [[ -n ${1:-} ]] || usage
-  mkdir -p -- "$1"
-  DIR=$(cd -- "$1" && pwd -P)
-  [[ $DIR != *[[:space:]]* ]] || die "<dir> must not contain whitespace: $DIR"
-}
 
 # spawn <name> <log> <command...>: starts a component in its own session, records its pid.
 spawn() {
@@ -417,10 +410,15 @@ cmd_start() {
   local api_port
   api_port=$(sed -n 's/^APISERVER_PORT=//p' "$DIR/cp/env")
   kubectl --kubeconfig "$kc" apply -f - >/dev/null <<EOF
-apiVersion: v1
-kind: Endpoints
-metadata: {name: kubernetes, namespace: default}
-subsets: [{addresses: [{ip: $NODE_IP}], ports: [{name: https, port: $api_port, protocol: TCP}]}]
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes
+  namespace: default
+  labels: {kubernetes.io/service-name: kubernetes, endpointslice.kubernetes.io/managed-by: toolgate-e2e-node}
+addressType: IPv4
+endpoints: [{addresses: [$NODE_IP], conditions: {ready: true}}]
+ports: [{name: https, port: $api_port, protocol: TCP}]
 EOF
   wait_for "the node" "$READY_TIMEOUT" node_ready || die "node $NODE_NAME not Ready (log: $DIR/kubelet.log)"
   t_ready=$(now_ms)
@@ -574,6 +572,25 @@ cmd_footprint() {
   for k in "${SYSCTLS[@]}"; do echo "sysctl $k $(sysctl -n "$k" 2>/dev/null)"; done
 }
 
+# cmd_up <dir> <bin dir>: start, the three images from <bin dir> imported, the chart installed
+# with real helm (the operator in-cluster, namespace toolgate-system). What the demo, the pod
+# suite and the in-pod benchmark stand on.
+cmd_up() {
+  local dir=${1:-} bin=${2:-} t0=$SECONDS helm
+  [[ -n $dir && -d $bin ]] || usage
+  "$SELF_DIR/tools.sh" build helm
+  helm=$("$SELF_DIR/tools.sh" path helm)
+  cmd_start "$dir"
+  "$SELF_DIR/images.sh" "$bin" "$DIR/images"
+  cmd_import "$DIR" "$DIR/images"/*.tar
+  log "helm install charts/toolgate (namespace toolgate-system)"
+  HELM_CACHE_HOME=$DIR/helm/cache HELM_CONFIG_HOME=$DIR/helm/config HELM_DATA_HOME=$DIR/helm/data \
+    KUBECONFIG=$DIR/cp/kubeconfig "$helm" install toolgate "$SELF_DIR/../charts/toolgate" \
+    --namespace toolgate-system --create-namespace --wait --timeout 180s >/dev/null ||
+    die "helm install failed"
+  log "cluster, images and chart ready in $((SECONDS - t0)) s"
+}
+
 usage() {
   echo "usage:" >&2
   sed -n 's/^#   e2e\/node.sh /  node.sh /p' "${BASH_SOURCE[0]}" >&2
@@ -585,6 +602,7 @@ case "${1:-}" in
   start) cmd_start "${2:-}" ;;
   stop) cmd_stop "${2:-}" ;;
   import) cmd_import "${@:2}" ;;
+  up) cmd_up "${2:-}" "${3:-}" ;;
   footprint) cmd_footprint ;;
   *) usage ;;
 esac

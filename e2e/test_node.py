@@ -428,7 +428,12 @@ def test_deleting_the_mcpserver_gives_the_deployment_back(sidecar):
     d = kjson("get", "deployment", "shop", "-n", SIDECAR_NS)
     spec = d["spec"]["template"]["spec"]
     assert "initContainers" not in spec, spec.get("initContainers")
-    assert [c["name"] for c in spec["containers"]] == ["shop"]
+    # The container exactly as example/k8s/shop.yaml wrote it (the API server's defaults aside).
+    (container,) = spec["containers"]
+    assert (container["name"], container["image"], container["args"], container["ports"][0]["containerPort"]) == (
+        "shop", "toolgate/example-service:0.1.0", ["--listen", "0.0.0.0:8080"], 8080), container
+    assert set(container) <= {"name", "image", "args", "ports", "resources", "terminationMessagePath",
+                              "terminationMessagePolicy", "imagePullPolicy"}, sorted(container)
     assert not [v for v in spec.get("volumes", []) if "toolgate" in v["name"]], spec.get("volumes")
     assert not [k for k in d["spec"]["template"]["metadata"].get("annotations", {}) if "toolgate" in k]
     wait("pods back to one container", 180, lambda: ready_pods(SIDECAR_NS, "app=shop", 2, 1))

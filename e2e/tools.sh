@@ -118,15 +118,6 @@ tool_bin() {
 # ---------------------------------------------------------------------------------------------
 
 
-# download_gomod <tmpdir> <module@version>: downloads the module, prints the path of its go.mod.
-download_gomod() {
-  local gomod
-  gomod=$(cd "$1" && go mod download -json "$2" |
-    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
-  [[ -f $gomod ]] || die "could not download $2"
-  echo "$gomod"
-}
-
 go_line() { sed -n 's/^go \([0-9.]*\)$/\1/p' "$1"; }
 
 # new_build_dir <name>: a temp dir removed on exit; sets BUILD_DIR.
