@@ -458,6 +458,11 @@ async fn invalid_arguments_are_tool_results_from_2025_11_25() {
     assert_eq!(env["errors"][0]["field"], "customerId");
     assert_eq!(env["errors"][0]["code"], "invalid_argument");
     assert_eq!(env["ok"], false);
+    // The question names the field, as a client that relays nextQuestion to its user expects.
+    assert_eq!(
+        env["nextQuestion"],
+        "Could you give me a valid `customerId`? `customerId` is required."
+    );
 }
 
 #[tokio::test]

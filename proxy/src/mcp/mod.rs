@@ -993,6 +993,41 @@ fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {
     Reply::RawResult(envelope::call_result_json(&env, outcome.is_error()))
 }
 
+/// The question an agent can put to its user when arguments are wrong: it names the fields
+/// (at most three, in the order found) and says what is wrong with each.
+fn correction_question(problems: &[ErrorEntry]) -> String {
+    let mut fields: Vec<&str> = Vec::new();
+    for f in problems
+        .iter()
+        .filter_map(|p| p.field.as_deref())
+        .filter(|f| !f.is_empty())
+    {
+        if !fields.contains(&f) {
+            fields.push(f);
+        }
+    }
+    let what = problems
+        .iter()
+        .take(3)
+        .map(|p| p.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let named = |fs: &[&str]| fs.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>();
+    match fields.as_slice() {
+        [] => format!("Could you send the details again? {what}."),
+        [one] => format!("Could you give me a valid {}? {what}.", named(&[one])[0]),
+        many => {
+            let mut names = named(&many[..many.len().min(3)]);
+            let last = names.pop().unwrap_or_default();
+            let more = if many.len() > 3 { ", among others" } else { "" };
+            format!(
+                "Could you give me valid values for {} and {last}{more}? {what}.",
+                names.join(", ")
+            )
+        }
+    }
+}
+
 /// Invalid arguments: a JSON-RPC -32602 up to 2025-06-18, a `needs_more_info` tool result from
 /// 2025-11-25 on (SEP-1303), so the model sees the errors and can correct itself.
 fn invalid_arguments(tool: &CompiledTool, version: &str, problems: Vec<ErrorEntry>, started: Instant) -> Reply {
@@ -1000,8 +1035,8 @@ fn invalid_arguments(tool: &CompiledTool, version: &str, problems: Vec<ErrorEntr
         let outcome = Outcome {
             status: BusinessStatus::NeedsMoreInfo,
             data: None,
+            next_question: Some(correction_question(&problems)),
             errors: problems,
-            next_question: None,
             upstream_status: None,
         };
         return finish(tool, &outcome, started);
@@ -1016,5 +1051,46 @@ fn invalid_arguments(tool: &CompiledTool, version: &str, problems: Vec<ErrorEntr
         code: code::INVALID_PARAMS,
         message: format!("Invalid arguments for tool `{}`: {summary}", tool.config.name),
         data: Some(json!({"field": first, "errors": problems})),
+    }
+}
+
+#[cfg(test)]
+mod correction_question_tests {
+    use super::*;
+
+    fn problem(field: Option<&str>, message: &str) -> ErrorEntry {
+        let e = ErrorEntry::new("invalid_argument", message, message, false);
+        match field {
+            Some(f) => e.with_field(f),
+            None => e,
+        }
+    }
+
+    #[test]
+    fn it_names_the_fields_and_what_is_wrong() {
+        let q = correction_question(&[
+            problem(Some("customerId"), "`customerId` is required"),
+            problem(Some("priority"), "`priority` must be one of low, high"),
+            problem(Some("customerId"), "`customerId` must be a string"),
+        ]);
+        assert_eq!(
+            q,
+            "Could you give me valid values for `customerId` and `priority`? `customerId` is required; \
+             `priority` must be one of low, high; `customerId` must be a string."
+        );
+        let many: Vec<_> = ["a", "b", "c", "d"]
+            .iter()
+            .map(|f| problem(Some(f), &format!("`{f}` is required")))
+            .collect();
+        let q = correction_question(&many);
+        assert!(
+            q.starts_with("Could you give me valid values for `a`, `b` and `c`, among others?"),
+            "{q}"
+        );
+        assert!(!q.contains("`d` is required"), "at most three reasons: {q}");
+        assert_eq!(
+            correction_question(&[problem(None, "arguments must be an object")]),
+            "Could you send the details again? arguments must be an object."
+        );
     }
 }
