@@ -130,16 +130,20 @@ async fn a_state_changing_method_cannot_be_declared_a_read() {
 }
 
 #[tokio::test]
-async fn without_authentication_role_gated_tools_are_hidden() {
+async fn without_authentication_role_gated_and_write_tools_are_hidden() {
     let h = harness("  readOnly: false\n").await;
     let s = h.session("2025-06-18").await;
     let names = listed(&s).await;
     assert!(!names.iter().any(|n| n == "reopen_account"), "{names:?}");
-    assert!(names.iter().any(|n| n == "close_account"), "{names:?}");
+    // A write tool without requiredRole needs `operator`: the anonymous caller (the lowest
+    // role) does not even see it, although the server is not read-only.
+    assert!(!names.iter().any(|n| n == "close_account"), "{names:?}");
     assert_hidden(&h, &s, "reopen_account", json!({"id": "42"})).await;
+    assert_hidden(&h, &s, "close_account", json!({"id": "42"})).await;
     // A session that never listed tools gets the same answer.
     let fresh = h.session("2025-06-18").await;
     assert_hidden(&h, &fresh, "reopen_account", json!({"id": "42"})).await;
+    assert_hidden(&h, &fresh, "close_account", json!({"id": "42"})).await;
     assert_served(&h, &s, "get_account", json!({"id": "42"}), "GET").await;
-    assert_served(&h, &s, "close_account", json!({"id": "42"}), "POST").await;
+    assert_served(&h, &s, "search_accounts", json!({"query": "ana"}), "POST").await;
 }

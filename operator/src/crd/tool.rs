@@ -69,7 +69,9 @@ pub struct McpToolSpec {
     /// `read` or `write`; derived from the HTTP method when unset (GET/HEAD are read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<Tier>,
-    /// Role a caller needs (one of the server's roles).
+    /// Role a caller needs (one of the server's roles). Unset: anyone for a read tool, the
+    /// second-lowest role (`operator` by default) for a write tool; the lowest role opens a write
+    /// tool to every caller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_role: Option<String>,
     /// Risk class reported in every envelope; derived from the HTTP method when unset.

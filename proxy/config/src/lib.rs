@@ -253,7 +253,9 @@ pub struct ToolConfig {
     /// `read` or `write`; derived from the HTTP method when unset (GET/HEAD are read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<Tier>,
-    /// Role a caller needs to call the tool (enforced by the policy layer).
+    /// Role a caller needs to call the tool (enforced by the policy layer). Unset: any caller
+    /// for a read-tier tool, the second-lowest role for a write-tier one
+    /// ([`PolicyConfig::required_role`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_role: Option<String>,
     /// Risk class reported in every envelope; derived from the HTTP method when unset.
@@ -594,6 +596,25 @@ impl ToolConfig {
 }
 
 impl PolicyConfig {
+    /// The role a caller needs for `tool`: its `requiredRole`, else, for a write-tier tool, the
+    /// second-lowest role (`operator` with the default roles), so that the lowest role (and the
+    /// anonymous caller of `auth.mode: none`) never writes by default. `requiredRole` set to
+    /// the lowest role opens a write tool to every caller. `None`: any caller.
+    pub fn required_role<'a>(&'a self, tool: &'a ToolConfig) -> Option<&'a str> {
+        match &tool.required_role {
+            Some(r) => Some(r.as_str()),
+            None if tool.effective_tier() == Tier::Write => self.roles.get(1).map(String::as_str),
+            None => None,
+        }
+    }
+
+    /// Rank (index in `roles`) of [`Self::required_role`]: 0 for any caller, `usize::MAX` for
+    /// a role that is not in `roles` (validation refuses that).
+    pub fn required_rank(&self, tool: &ToolConfig) -> usize {
+        self.required_role(tool)
+            .map_or(0, |r| self.roles.iter().position(|x| x == r).unwrap_or(usize::MAX))
+    }
+
     /// Whether this policy lists and serves `tool` at all (before roles and allowlists): every
     /// tool when not read-only, otherwise see [`ToolConfig::served_read_only`].
     pub fn serves(&self, tool: &ToolConfig) -> bool {

@@ -266,7 +266,7 @@ pub(crate) async fn tools_call(
         }
         Err(_) => {
             audit.set_tool(tool.tier, tool.safety.as_str());
-            let need = tool.config.required_role.as_deref().unwrap_or("");
+            let need = rt.config.policy.required_role(&tool.config).unwrap_or("");
             let outcome = Outcome::failed(ErrorEntry::new(
                 "forbidden",
                 format!(
@@ -508,11 +508,7 @@ impl<T: Send + 'static> Drop for FinishOnDrop<T> {
 
 /// Rank of the role `tool` requires (0 when it requires none).
 fn required_rank(rt: &Runtime, tool: &toolgate_config::ToolConfig) -> usize {
-    let roles = &rt.config.policy.roles;
-    tool.required_role
-        .as_ref()
-        .and_then(|r| roles.iter().position(|x| x == r))
-        .unwrap_or(0)
+    rt.config.policy.required_rank(tool)
 }
 
 /// The upstream call's span: a child of the request span, and the parent the upstream sees in

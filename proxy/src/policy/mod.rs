@@ -95,11 +95,8 @@ pub fn authorize(policy: &PolicyConfig, who: &Identity, tool: &ToolConfig) -> Re
             return Err(Denied::NotAllowed);
         }
     }
-    if let Some(required) = &tool.required_role {
-        let need = policy.roles.iter().position(|r| r == required).unwrap_or(usize::MAX);
-        if who.rank < need {
-            return Err(Denied::Role);
-        }
+    if who.rank < policy.required_rank(tool) {
+        return Err(Denied::Role);
     }
     Ok(())
 }
@@ -184,5 +181,41 @@ mod tests {
         assert_eq!(authorize(&rw.policy, &anon, &rw.tools[0]), Ok(()));
         assert_eq!(authorize(&rw.policy, &anon, &rw.tools[3]), Err(Denied::Role));
         assert_eq!(Identity::anonymous(&[]).rank, 0);
+    }
+
+    #[test]
+    fn write_tools_need_more_than_the_lowest_role_unless_opened() {
+        let rw = config("{readOnly: false}");
+        let mut open = rw.tools[1].clone();
+        open.required_role = Some("viewer".into());
+        let mut unset = rw.tools[1].clone();
+        unset.required_role = None;
+        let mut read_over_post = rw.tools[2].clone();
+        read_over_post.required_role = None;
+        let anon = Identity::anonymous(&rw.policy.roles);
+        let viewer = Identity {
+            subject: "k".into(),
+            ..anon.clone()
+        };
+        let operator = Identity {
+            role: "operator".into(),
+            rank: 1,
+            ..viewer.clone()
+        };
+        // A POST without requiredRole is write tier: operator or higher.
+        assert_eq!(rw.policy.required_role(&unset), Some("operator"));
+        assert_eq!(authorize(&rw.policy, &viewer, &unset), Err(Denied::Role));
+        assert_eq!(authorize(&rw.policy, &anon, &unset), Err(Denied::Role));
+        assert_eq!(authorize(&rw.policy, &operator, &unset), Ok(()));
+        // requiredRole: viewer opens it to every caller, the anonymous one included.
+        assert_eq!(authorize(&rw.policy, &anon, &open), Ok(()));
+        // A tool declared read tier (a search over POST) stays open.
+        assert_eq!(rw.policy.required_role(&read_over_post), None);
+        assert_eq!(authorize(&rw.policy, &viewer, &read_over_post), Ok(()));
+        // With one role there is nothing above it: every caller has it.
+        let mut single = rw.policy.clone();
+        single.roles = vec!["member".into()];
+        assert_eq!(single.required_role(&unset), None);
+        assert_eq!(authorize(&single, &Identity::anonymous(&single.roles), &unset), Ok(()));
     }
 }

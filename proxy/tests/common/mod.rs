@@ -15,6 +15,8 @@ use toolgate_proxy::{start, Running, StartOptions};
 
 pub mod services;
 
+/// The write tools say `requiredRole: viewer`: the harness serves them to every caller,
+/// anonymous ones included (a write tool needs `operator` unless it says so).
 pub const TOOLS: &str = r#"
 tools:
   - name: get_customer
@@ -32,6 +34,7 @@ tools:
       statuses:
         "404": {status: needs_more_info, message: Customer not found, message_es: No encontré al cliente, nextQuestion: "¿Me compartes tu número de cliente?"}
   - name: create_ticket
+    requiredRole: viewer
     inputSchema:
       type: object
       additionalProperties: false
@@ -44,14 +47,17 @@ tools:
     http: {method: POST, path: /tickets}
     response: {evidence: [/ticketId]}
   - name: create_ticket_no_evidence
+    requiredRole: viewer
     inputSchema: {type: object, properties: {customerId: {type: string}, subject: {type: string}}}
     http: {method: POST, path: /tickets}
     response: {evidence: [/receiptId]}
   - name: submit_payment
+    requiredRole: viewer
     inputSchema: {type: object}
     http: {method: POST, path: /payments}
     safety: external_send
   - name: confirm
+    requiredRole: viewer
     inputSchema: {type: object}
     http: {method: POST, path: /confirmations}
   - name: status
@@ -64,6 +70,7 @@ tools:
     inputSchema: {type: object}
     http: {method: GET, path: /text}
   - name: echo
+    requiredRole: viewer
     inputSchema:
       type: object
       required: [id]
