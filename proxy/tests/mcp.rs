@@ -499,3 +499,59 @@ async fn path_query_headers_and_body_are_mapped_safely() {
     let r = s.call("echo", json!({"id": ".."})).await;
     assert_eq!(r["error"]["data"]["field"], "id");
 }
+
+#[tokio::test]
+async fn notifications_cancelled_abandons_a_2025_read_call() {
+    // The slow tool with a long timeout, so only the cancellation can end the call early.
+    let upstream = toolgate_example_service::spawn().await.unwrap();
+    let text = common::config_text(upstream, "").replace("timeoutMs: 300}", "timeoutMs: 20000}");
+    let cfg = toolgate_config::parse_yaml(&text).unwrap();
+    let proxy = toolgate_proxy::start(cfg, toolgate_proxy::StartOptions::default())
+        .await
+        .unwrap();
+    let h = common::Harness {
+        proxy,
+        upstream,
+        http: common::client(),
+    };
+    let s = std::sync::Arc::new(h.session("2025-06-18").await);
+    let call = tokio::spawn({
+        let s = s.clone();
+        async move {
+            s.post(&json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"ms": 15000}}}))
+                .await
+        }
+    });
+    let cancels = &h.proxy.shared.cancels;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cancels.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the call never started");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 77, "reason": "the user moved on"}});
+    // Another session cannot cancel it: ids are the session's own.
+    let other = h.session("2025-06-18").await;
+    let (status, _, _) = other.post(&cancel).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(cancels.len(), 1, "still running");
+    // Nor does the right session naming another id ("77" is not 77).
+    let (status, _, _) = s
+        .post(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "77"}}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(cancels.len(), 1, "still running");
+    let (status, _, body) = s.post(&cancel).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(body.is_empty());
+    let (status, _, body) = tokio::time::timeout(std::time::Duration::from_secs(5), call)
+        .await
+        .expect("the cancelled call answers at once, not after the upstream's 15 s")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let r: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(r["id"], 77);
+    assert_eq!(r["error"]["code"], -32800, "{r}");
+    assert!(cancels.is_empty(), "the entry is gone with the call");
+}

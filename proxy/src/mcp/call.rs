@@ -393,12 +393,37 @@ pub(crate) async fn tools_call(
     // aborted (nothing happened upstream that matters); a write may already have had its effect,
     // so it runs to its end and its record says how it went. 2025 clients' calls always finish.
     let finish_if_dropped = peer.session.is_some() || tool.tier == Tier::Write;
+    // A 2025-era read can be cancelled by its session's `notifications/cancelled`: the upstream
+    // call is then abandoned. A write runs to its end whatever the client says.
+    let (_cancel_entry, cancelled) = match peer.session {
+        Some(s) if tool.tier == Tier::Read => {
+            let (entry, rx) = shared.cancels.register(&s.handle, id);
+            (Some(entry), Some(rx))
+        }
+        _ => (None, None),
+    };
     let mut call = FinishOnDrop::new(finish_if_dropped, async move {
         let _guard = guard;
         let tool = &rt_call.tools[index];
         let sent = Instant::now();
         let span_start = otel::now_nanos();
-        let result = rt_call.upstream.send(request, tool.timeout).await;
+        let cancelled = async move {
+            // A sender dropped without cancelling (the call ended) is no cancellation.
+            let asked = match cancelled {
+                Some(rx) => rx.await.is_ok(),
+                None => false,
+            };
+            if !asked {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = tokio::select! {
+            r = rt_call.upstream.send(request, tool.timeout) => r,
+            () = cancelled => {
+                audit.finish("cancelled", "client_cancelled", None);
+                return None;
+            }
+        };
         let code = match &result {
             Ok(resp) => metrics::status_label(resp.status),
             Err(e) => e.kind(),
@@ -418,9 +443,12 @@ pub(crate) async fn tools_call(
             }
         };
         audit.finish("allowed", outcome_reason(&outcome), Some(&outcome));
-        outcome
+        Some(outcome)
     });
-    let outcome = call.run().await;
+    let Some(outcome) = call.run().await else {
+        tracing::debug!(tool = %name, trace_id = %caller.trace.trace_id_hex(), "tools/call cancelled by the client");
+        return Reply::error(code::REQUEST_CANCELLED, "Request cancelled");
+    };
     tracing::debug!(
         tool = %name,
         trace_id = %caller.trace.trace_id_hex(),

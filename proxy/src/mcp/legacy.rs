@@ -73,6 +73,15 @@ pub(crate) async fn serve(
     crate::metrics::METRICS.protocol(session.version);
     info.version = Some(session.version);
 
+    // The session cancels one of its calls: a read still running here is abandoned.
+    if method == Some("notifications/cancelled") && id.is_none() {
+        if let Some(rid) = params.and_then(|p| p.get("requestId")) {
+            if shared.cancels.cancel(&session.handle, rid) {
+                tracing::debug!(request_id = %rid, "notifications/cancelled: the call is abandoned");
+            }
+        }
+        return empty(StatusCode::ACCEPTED);
+    }
     // Responses and notifications: accepted, nothing to answer.
     let (Some(method), Some(id)) = (method, id) else {
         return empty(StatusCode::ACCEPTED);
