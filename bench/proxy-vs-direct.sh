@@ -31,53 +31,8 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); MCP=$(free_port); ADMIN=$(free_port)
 
-# example/proxy.yaml on free ports, plus generated tools up to 100 in all.
-python3 - "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN" <<'PY'
-import re, sys
-out, up, mcp, admin = sys.argv[1:]
-text = open("example/proxy.yaml").read()
-text = text.replace("baseUrl: http://127.0.0.1:8080", f"baseUrl: http://127.0.0.1:{up}")
-text = text.replace("listen: 127.0.0.1:8931", f"listen: 127.0.0.1:{mcp}")
-text = text.replace("adminListen: 127.0.0.1:9464", f"adminListen: 127.0.0.1:{admin}")
-# The load comes from one address and one identity: lift the limits out of the way, and keep
-# audit records off stdout (the policy benchmark measures them separately).
-text = text.replace("perIp: {requests: 1200, windowSeconds: 60}", "perIp: {requests: 1000000000, windowSeconds: 1}")
-text = text.replace("perIdentity: {requests: 600, windowSeconds: 60}", "perIdentity: {requests: 1000000000, windowSeconds: 1}")
-import os
-if os.environ.get("BENCH_POLICY") == "1":
-    # API-key auth over 1000 keys, and an audit record per call written to a file.
-    creds = os.path.join(os.path.dirname(out), "credentials.yaml")
-    with open(creds, "w") as f:
-        f.write("credentials:\n" + "".join(f"  - {{id: key-{i}, key: bench-key-{i}, role: admin}}\n" for i in range(1000)))
-    text = text.replace("audit: {sink: stdout}", f"audit: {{sink: file, path: '{os.path.dirname(out)}/audit.jsonl'}}\n  auth: {{mode: apiKey, credentialsFile: '{creds}'}}")
-else:
-    text = text.replace("audit: {sink: stdout}", "audit: {enabled: false}")
-text += """
-  - name: slow_lookup
-    description: The example service's endpoint with 1 ms of service time (an I/O-bound upstream).
-    inputSchema: {type: object, properties: {ms: {type: integer}}}
-    http: {method: GET, path: /slow, query: {ms: "{ms}"}}
-"""
-have = len(re.findall(r"^  - name: ", text, re.M))
-for i in range(100 - have):
-    text += f"""
-  - name: lookup_record_{i:03d}
-    title: Lookup record {i}
-    description: Returns record {i} of a generated catalogue, used to load 100 tools.
-    whenToUse: Benchmarks only.
-    inputSchema:
-      type: object
-      additionalProperties: false
-      required: [recordId]
-      properties:
-        recordId: {{type: string, pattern: "^[a-z0-9-]+$"}}
-        fields: {{type: array, items: {{type: string, enum: [id, name, plan, balance]}}}}
-        verbose: {{type: boolean}}
-    http: {{method: GET, path: "/customers/{{recordId}}", query: {{fields: "{{fields}}"}}}}
-    response: {{pick: [/id, /name], redact: [/internalNotes]}}
-"""
-open(out, "w").write(text)
-PY
+# example/proxy.yaml on free ports, plus generated tools up to 100 in all (bench/config.py).
+python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
 
 "$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
 "$BIN/toolgate-proxy" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
