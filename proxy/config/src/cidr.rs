@@ -37,31 +37,25 @@ impl FromStr for Cidr {
 }
 
 impl Cidr {
-    /// Whether `ip` is inside this block (IPv4-mapped IPv6 addresses count as IPv4).
+    /// The block in IPv6 space, IPv4 as IPv4-mapped (`::ffff:0:0/96`): one comparison for
+    /// every spelling, so `::ffff:10.0.0.1` contains itself and `10.0.0.1`.
+    fn as_v6(&self) -> (u128, u32) {
+        match self.net {
+            IpAddr::V4(n) => (u128::from(n.to_ipv6_mapped()), 96 + u32::from(self.prefix)),
+            IpAddr::V6(n) => (u128::from(n), u32::from(self.prefix)),
+        }
+    }
+
+    /// Whether `ip` is inside this block. IPv4 and IPv4-mapped IPv6 addresses are the same
+    /// address, in the block and in `ip` alike.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
+            IpAddr::V4(a) => u128::from(a.to_ipv6_mapped()),
+            IpAddr::V6(a) => u128::from(a),
         };
-        match (self.net, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - u32::from(self.prefix))
-                };
-                u32::from(n) & mask == u32::from(a) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - u32::from(self.prefix))
-                };
-                u128::from(n) & mask == u128::from(a) & mask
-            }
-            _ => false,
-        }
+        let (net, prefix) = self.as_v6();
+        let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+        net & mask == ip & mask
     }
 }
 
@@ -75,6 +69,25 @@ mod tests {
         assert!(c.contains("10.1.2.3".parse().unwrap()));
         assert!(!c.contains("11.0.0.1".parse().unwrap()));
         assert!(c.contains("::ffff:10.0.0.1".parse().unwrap()));
+        // Found by the client_ip fuzz target: a mapped address did not contain itself.
+        let mapped: Cidr = "::ffff:10.8.0.1".parse().unwrap();
+        assert!(mapped.contains("::ffff:10.8.0.1".parse().unwrap()));
+        assert!(mapped.contains("10.8.0.1".parse().unwrap()));
+        assert!(!mapped.contains("10.8.0.2".parse().unwrap()));
+        let mapped_block: Cidr = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert!(mapped_block.contains("10.200.0.1".parse().unwrap()));
+        assert!(!"fd00::/8"
+            .parse::<Cidr>()
+            .unwrap()
+            .contains("10.0.0.1".parse().unwrap()));
+        assert!(!"0.0.0.0/0"
+            .parse::<Cidr>()
+            .unwrap()
+            .contains("fd00::1".parse().unwrap()));
+        assert!("0.0.0.0/0"
+            .parse::<Cidr>()
+            .unwrap()
+            .contains("::ffff:1.2.3.4".parse().unwrap()));
         let one: Cidr = "127.0.0.1".parse().unwrap();
         assert!(one.contains("127.0.0.1".parse().unwrap()));
         assert!(!one.contains("127.0.0.2".parse().unwrap()));
