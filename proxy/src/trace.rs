@@ -17,8 +17,11 @@ pub struct TraceContext {
     pub flags: u8,
 }
 
-fn hex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != N * 2 {
+/// Exactly `2N` hex digits as `N` bytes. Every character is checked to be a digit first:
+/// `u8::from_str_radix` alone takes a leading `+` (`"+2"` is 2), so a trace id with a `+` in it
+/// was accepted and read as a different id (found by the `trace_context` fuzz target).
+pub fn from_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != N * 2 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut out = [0u8; N];
@@ -27,6 +30,8 @@ fn hex<const N: usize>(s: &str) -> Option<[u8; N]> {
     }
     Some(out)
 }
+
+use from_hex as hex;
 
 fn random<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
@@ -122,5 +127,16 @@ mod tests {
         let n = TraceContext::from_header(Some("garbage"));
         assert_ne!(n.trace_id, [0; 16]);
         assert_eq!(n.traceparent().len(), 55);
+    }
+
+    #[test]
+    fn only_hex_digits_are_hex() {
+        // Found by the trace_context fuzz target: `+2` passed as the byte 2.
+        assert!(TraceContext::continuing("00-4bf92f3577b34da6a3ce+29d0e0e4736-00f067aa0ba902b7-01").is_none());
+        assert!(TraceContext::continuing("00-4bf92f3577b34da6a3ce929d0e0e4736-+0f067aa0ba902b7-01").is_none());
+        assert!(TraceContext::continuing("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-+1").is_none());
+        assert_eq!(from_hex::<2>("0aFf"), Some([0x0a, 0xff]));
+        assert_eq!(from_hex::<1>("+f"), None);
+        assert_eq!(from_hex::<1>("é"), None);
     }
 }

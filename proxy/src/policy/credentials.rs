@@ -87,15 +87,7 @@ pub fn ct_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 fn parse_hex(s: &str) -> Option<[u8; 32]> {
-    let s = s.trim();
-    if s.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
-        out[i] = u8::from_str_radix(std::str::from_utf8(chunk).ok()?, 16).ok()?;
-    }
-    Some(out)
+    crate::trace::from_hex::<32>(s.trim())
 }
 
 impl Credentials {
@@ -251,6 +243,9 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.len(), 4, "{e:?}");
         assert!(e[0].contains("`root` is not one of policy.roles"));
+        // A digest with a sign in it is not hex (it once read as another digest).
+        let plus = format!("credentials:\n  - {{id: p, sha256: '+{}'}}\n", "a".repeat(63));
+        assert!(Credentials::parse(&plus, &roles(), &[]).is_err());
     }
 
     #[test]
