@@ -353,10 +353,13 @@ pub fn tool_config(tool: &McpTool) -> ToolConfig {
             path: s.http.path.clone(),
             query: s.http.query.clone(),
             headers: s.http.headers.clone(),
-            body: s.http.body.as_ref().map(|b| match (&b.fields, b.mode) {
-                (Some(fields), _) => BodyMapping::Fields(fields.clone()),
-                (None, Some(mode)) => BodyMapping::Mode(mode),
-                (None, None) => BodyMapping::Mode(toolgate_config::BodyMode::None),
+            body: s.http.body.as_ref().map(|b| match (&b.fields, b.mode, &b.argument) {
+                (Some(fields), _, _) => BodyMapping::Fields(fields.clone()),
+                (None, Some(mode), _) => BodyMapping::Mode(mode),
+                (None, None, Some(argument)) => BodyMapping::Argument(toolgate_config::ArgumentBody {
+                    argument: argument.clone(),
+                }),
+                (None, None, None) => BodyMapping::Mode(toolgate_config::BodyMode::None),
             }),
             timeout_ms: s.http.timeout_ms,
         },

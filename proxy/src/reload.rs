@@ -18,7 +18,7 @@ use crate::runtime::Runtime;
 /// Reads and parses a config file (YAML or JSON).
 pub fn load_file(path: &Path) -> Result<toolgate_config::ProxyConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    toolgate_config::parse_yaml(&text).map_err(|e| e.to_string())
+    toolgate_config::parse_text(&text).map_err(|e| e.to_string())
 }
 
 /// Outcome of one reload attempt.
@@ -36,7 +36,7 @@ pub enum Reloaded {
 /// such as the credentials, changed).
 pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
     let old = shared.runtime.load_full();
-    let config = match toolgate_config::parse_yaml(text) {
+    let config = match toolgate_config::parse_text(text) {
         Ok(c) => c,
         Err(e) => return Reloaded::Refused(e.to_string()),
     };

@@ -40,6 +40,8 @@ pub enum BodyPlan {
     },
     /// Exactly these arguments.
     Fields(Vec<String>),
+    /// This argument's value is the whole body.
+    Argument(String),
 }
 
 /// One tool, ready to serve.
@@ -423,6 +425,7 @@ fn compile_tool(
             only: declared_only(&t.input_schema),
         },
         BodyMapping::Fields(f) => BodyPlan::Fields(f),
+        BodyMapping::Argument(a) => BodyPlan::Argument(a.argument),
     };
     let pointers = |list: &[String]| -> Result<Vec<Pointer>, (&'static str, String)> {
         list.iter()

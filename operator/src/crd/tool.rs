@@ -115,9 +115,9 @@ pub struct ToolHttp {
     pub timeout_ms: Option<u64>,
 }
 
-/// The JSON body: `mode: all|none`, or exactly `fields`.
+/// The JSON body: `mode: all|none`, exactly `fields`, or one `argument` as the whole body.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[x_kube(validation = kube::core::Rule::new("has(self.mode) != has(self.fields)").message("set exactly one of body.mode and body.fields"))]
+#[x_kube(validation = kube::core::Rule::new("[has(self.mode), has(self.fields), has(self.argument)].filter(x, x).size() == 1").message("set exactly one of body.mode, body.fields and body.argument"))]
 pub struct ToolBody {
     /// `all`: every argument not used by the path, query or headers; `none`: no body.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,6 +125,9 @@ pub struct ToolBody {
     /// Exactly these arguments (absent ones are left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fields: Option<Vec<String>>,
+    /// This argument's value is the whole body (absent: no body).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument: Option<String>,
 }
 
 /// Observed state of an McpTool, written by the operator.

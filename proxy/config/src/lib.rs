@@ -24,7 +24,7 @@ use serde_json::Value;
 
 pub use baseurl::BaseUrl;
 pub use cidr::Cidr;
-pub use parse::{from_value, parse_json, parse_yaml, parse_yaml_value, ConfigError, LoadError};
+pub use parse::{from_value, parse_json, parse_text, parse_yaml, parse_yaml_value, ConfigError, LoadError};
 pub use policy::*;
 pub use template::{Segment, Template};
 
@@ -390,8 +390,9 @@ pub struct HttpMapping {
     /// Request headers: name → template. CR and LF are refused, in config and in arguments.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
-    /// JSON body: `all` (every argument not used by the path, query or headers), `none`, or a
-    /// list of argument names. Default: `all` for POST/PUT/PATCH, `none` otherwise.
+    /// JSON body: `all` (every argument not used by the path, query or headers), `none`, a
+    /// list of argument names, or `{argument: NAME}` (that argument's value is the whole body).
+    /// Default: `all` for POST/PUT/PATCH, `none` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<BodyMapping>,
     /// Per-call timeout; default `upstream.timeoutMs`, at most 29000.
@@ -407,6 +408,17 @@ pub enum BodyMapping {
     Mode(BodyMode),
     /// Exactly these arguments (absent ones are left out).
     Fields(Vec<String>),
+    /// One argument's value is the whole body (an array, a `oneOf`, an object whose properties
+    /// cannot be arguments of their own); absent, no body is sent.
+    Argument(ArgumentBody),
+}
+
+/// `body: {argument: NAME}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArgumentBody {
+    /// The argument whose value is sent as the JSON body.
+    pub argument: String,
 }
 
 /// `all` or `none`.

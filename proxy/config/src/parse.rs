@@ -65,6 +65,16 @@ pub fn parse_yaml(text: &str) -> Result<ProxyConfig, LoadError> {
     from_value(value)
 }
 
+/// Parses a config file's text: JSON when it is a JSON object (large generated configs, such as
+/// a whole OpenAPI import, read without YAML's node budget), YAML otherwise.
+pub fn parse_text(text: &str) -> Result<ProxyConfig, LoadError> {
+    if text.trim_start().starts_with('{') {
+        parse_json(text)
+    } else {
+        parse_yaml(text)
+    }
+}
+
 /// Parses JSON and validates the result.
 pub fn parse_json(text: &str) -> Result<ProxyConfig, LoadError> {
     let value: Value = serde_json::from_str(text)

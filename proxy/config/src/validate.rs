@@ -566,6 +566,17 @@ fn validate_tool(tool: &ToolConfig, at: &str, patterns: &crate::schema::Patterns
             Err(e) => errs.push(ConfigError::new(p, e.to_string())),
         }
     }
+    if let Some(BodyMapping::Argument(a)) = &http.body {
+        if declared
+            .as_ref()
+            .is_some_and(|props| !props.contains(a.argument.as_str()))
+        {
+            errs.push(ConfigError::new(
+                format!("{at}.http.body.argument"),
+                format!("`{}` is not a property declared in inputSchema.properties", a.argument),
+            ));
+        }
+    }
     if let Some(BodyMapping::Fields(fields)) = &http.body {
         let p = format!("{at}.http.body");
         if let Some(props) = &declared {

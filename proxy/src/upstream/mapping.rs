@@ -152,6 +152,7 @@ pub fn build(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         )),
+        BodyPlan::Argument(name) => args.get(name).cloned(),
         BodyPlan::Fields(fields) => Some(Value::Object(
             fields
                 .iter()
