@@ -4,8 +4,8 @@
 # chart with real helm and promtool; traces into a real OpenTelemetry Collector), then
 # real MCP clients (official Python SDK, official conformance suite) against the built
 # binaries, the Python and TypeScript SDKs against three replicas behind nginx sharing a real
-# Redis, and last the chart, operator, sidecars and gateways in real pods on a real node
-# (e2e/node-suite.sh; needs root). Installs or builds what it needs first (cached under
+# Redis, every fuzz target for 30 s, and last the chart,
+# operator, sidecars and gateways in real pods on a real node (e2e/node-suite.sh; needs root). Installs or builds what it needs first (cached under
 # ~/.cache/toolgate).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -52,6 +52,9 @@ TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/run.sh
 
 step "real MCP clients against three replicas behind a round-robin balancer, sharing Redis"
 TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/replicas.sh
+
+step "fuzz targets, 30 s each (libFuzzer with AddressSanitizer on nightly; the stable mutation loop without it)"
+fuzz/run.sh --seconds "${TOOLGATE_FUZZ_SECONDS:-30}"
 
 step "Toolgate on a real node (kubelet, containerd, kube-proxy, CoreDNS): the chart's operator, sidecars and gateways in pods"
 e2e/node-suite.sh
