@@ -58,11 +58,14 @@ fn render_path(t: &Template, args: &Map<String, Value>) -> Result<String, ErrorE
                         format!("`{name}` debe ser texto o número (forma parte de la ruta)"),
                     )
                 })?;
-                if text.is_empty() || text == "." || text == ".." {
+                // `/` is sent encoded, but an upstream that decodes `%2F` before it resolves dot
+                // segments (nginx does) would read `a/../..` as climbing: no part of the value
+                // between slashes or backslashes may be `.` or `..`.
+                if text.is_empty() || text.split(['/', '\\']).any(|s| s == "." || s == "..") {
                     return Err(arg_error(
                         name,
-                        format!("`{name}` must not be empty, `.` or `..`"),
-                        format!("`{name}` no puede estar vacío, ni ser `.` o `..`"),
+                        format!("`{name}` must not be empty, nor be or contain `.` or `..` between slashes"),
+                        format!("`{name}` no puede estar vacío, ni ser o contener `.` o `..` entre barras"),
                     ));
                 }
                 out.extend(utf8_percent_encode(&text, COMPONENT));
@@ -198,10 +201,7 @@ mod tests {
     fn path_values_are_one_encoded_segment() {
         let rt = runtime("{method: GET, path: '/c/{id}/x'}", "{id: {type: string}}");
         let t = rt.tool("t").unwrap();
-        assert_eq!(
-            path_and_query(t, &args(json!({"id": "a/../b"}))).unwrap(),
-            "/c/a%2F..%2Fb/x"
-        );
+        assert_eq!(path_and_query(t, &args(json!({"id": "a/b"}))).unwrap(), "/c/a%2Fb/x");
         assert_eq!(
             path_and_query(t, &args(json!({"id": "http://evil/"}))).unwrap(),
             "/c/http%3A%2F%2Fevil%2F/x"
@@ -214,10 +214,15 @@ mod tests {
             path_and_query(t, &args(json!({"id": "José 7"}))).unwrap(),
             "/c/Jos%C3%A9%207/x"
         );
-        for bad in ["..", ".", ""] {
+        // Dot segments inside a value too: an upstream that decodes `%2F` first would climb.
+        for bad in ["..", ".", "", "a/../../..", "../x", "x/.", "a\\..\\b"] {
             let e = path_and_query(t, &args(json!({"id": bad}))).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("id"), "{bad}");
         }
+        assert_eq!(
+            path_and_query(t, &args(json!({"id": "a/b...c"}))).unwrap(),
+            "/c/a%2Fb...c/x"
+        );
         let req = build(t, &args(json!({"id": "42"})), &rt.upstream, &[]).unwrap();
         assert_eq!(req.uri().to_string(), "http://127.0.0.1:9/api/c/42/x");
     }
