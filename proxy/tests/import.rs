@@ -191,3 +191,31 @@ async fn imported_tools_serve_real_calls_against_the_service() {
     );
     proxy.shutdown().await;
 }
+
+#[test]
+fn openapi_31_schemas_keep_every_keyword_and_odd_text_stays_in_comments() {
+    let spec = r##"{"openapi": "3.1.0", "info": {"title": "t", "version": "1"},
+      "paths": {"/items/{id}": {"put": {
+        "operationId": "put\r---\rkind: ClusterRoleBinding",
+        "parameters": [{"name": "id", "in": "path", "required": true,
+                        "schema": {"type": "string", "not": {"const": "admin"}}}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Item"}}}},
+        "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": true}}}}}}},
+      "components": {"schemas": {"Item": {"type": "object", "properties": {"a": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "string"}}, "dependentRequired": {"a": ["b"]}}}}}"##;
+    let r = import::import(import::parse(spec).unwrap(), &options(Format::McpTool)).unwrap();
+    let tool = r.tools().next().expect("one tool");
+    // oas3's model has no `not`, `patternProperties` or `dependentRequired`: read from the document.
+    assert_eq!(tool.input_schema["properties"]["id"]["not"], json!({"const": "admin"}));
+    let body = &tool.input_schema["properties"]["body"];
+    assert!(
+        body["patternProperties"].is_object(),
+        "not flattened, kept whole: {}",
+        tool.input_schema
+    );
+    assert_eq!(body["dependentRequired"], json!({"a": ["b"]}));
+    assert!(tool.output_schema.is_none(), "a `true` response schema says nothing");
+    // The CRs in the operationId end no comment: one document only.
+    assert_eq!(r.text.matches("\n---\n").count(), 1, "{}", r.text);
+    assert!(!r.text.contains("\nkind: ClusterRoleBinding"));
+}

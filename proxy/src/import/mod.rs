@@ -231,8 +231,26 @@ fn yaml(v: &Value) -> String {
     serde_saphyr::to_string(&v).unwrap_or_default()
 }
 
+/// `text` as YAML comment lines. Spec text (operationIds, paths, media types) reaches comments,
+/// and YAML ends a line at CR, NEL, U+2028 and U+2029 as well as LF: each of those, and every
+/// other control character, becomes a space, so no spec can close a comment and inject a
+/// document or a key.
 fn comment(text: &str) -> String {
-    text.lines().map(|l| format!("# {l}\n")).collect()
+    text.split('\n')
+        .map(|l| {
+            let clean: String = l
+                .chars()
+                .map(|c| {
+                    if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                        ' '
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            format!("# {clean}\n")
+        })
+        .collect()
 }
 
 /// Imports `doc` (the spec as JSON).
@@ -344,6 +362,14 @@ pub fn import(doc: Value, opts: &Options) -> Result<Import, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn comments_cannot_end_early() {
+        let c = comment("x\r---\rkind: ClusterRoleBinding\u{2028}a: b\u{85}c\nsecond");
+        assert_eq!(c, "# x --- kind: ClusterRoleBinding a: b c\n# second\n");
+        let parsed = toolgate_config::parse_yaml_value(&format!("{c}k: v\n")).unwrap();
+        assert_eq!(parsed, json!({"k": "v"}));
+    }
 
     #[test]
     fn resource_names_are_dns_labels() {

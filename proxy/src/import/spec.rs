@@ -364,20 +364,40 @@ fn blank(method: &str, path: &str) -> Operation {
     }
 }
 
+/// `token` escaped for a JSON pointer.
+fn esc(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
 mod v31 {
-    use oas3::spec::{ObjectOrReference, Parameter, ParameterIn, RequestBody, Response};
+    //! oas3 reads the structure; every schema is taken from the document itself at the place
+    //! oas3 found it, because oas3's schema model keeps only part of JSON Schema 2020-12 (no
+    //! `not`, `if`, `patternProperties`, `dependentRequired`, `$defs`, siblings of `$ref`...),
+    //! and a tool must validate what the spec says, not less.
+    use oas3::spec::{ObjectOrReference, Parameter, ParameterIn};
     use oas3::Spec as Oas;
 
     use super::*;
 
-    fn param(p: &Parameter) -> Param {
+    struct Doc<'a> {
+        spec: &'a Oas,
+        raw: &'a Value,
+    }
+
+    impl Doc<'_> {
+        fn schema_at(&self, pointer: &str) -> Option<Value> {
+            self.raw.pointer(&format!("{pointer}/schema")).cloned()
+        }
+    }
+
+    fn param(doc: &Doc<'_>, p: &Parameter, pointer: &str) -> Param {
         let location = match p.location {
             ParameterIn::Path => Location::Path,
             ParameterIn::Query => Location::Query,
             ParameterIn::Header => Location::Header,
             ParameterIn::Cookie => Location::Cookie,
         };
-        let schema = p.schema.as_ref().map(json);
+        let schema = p.schema.as_ref().and_then(|_| doc.schema_at(pointer));
         let style = p.style.as_ref().map(json);
         Param {
             name: p.name.clone(),
@@ -394,65 +414,79 @@ mod v31 {
         }
     }
 
+    /// The object and where it is in the document (`here`, or its component).
     fn resolve<'a, T>(
         item: &'a ObjectOrReference<T>,
+        here: String,
         kind: &str,
         lookup: impl Fn(&str) -> Option<&'a ObjectOrReference<T>>,
-    ) -> Result<&'a T, String> {
+    ) -> Result<(&'a T, String), String> {
         match item {
-            ObjectOrReference::Object(o) => Ok(o),
+            ObjectOrReference::Object(o) => Ok((o, here)),
             ObjectOrReference::Ref { ref_path, .. } => {
                 let name = component(ref_path, kind)?;
                 match lookup(name) {
-                    Some(ObjectOrReference::Object(o)) => Ok(o),
+                    Some(ObjectOrReference::Object(o)) => Ok((o, format!("/components/{kind}/{}", esc(name)))),
                     _ => Err(format!("`$ref: {ref_path}` names nothing in components.{kind}")),
                 }
             }
         }
     }
 
-    fn params(spec: &Oas, list: &[ObjectOrReference<Parameter>]) -> Result<Vec<Param>, String> {
+    fn params(doc: &Doc<'_>, list: &[ObjectOrReference<Parameter>], base: &str) -> Result<Vec<Param>, String> {
         list.iter()
-            .map(|p| resolve(p, "parameters", |n| spec.components.as_ref()?.parameters.get(n)).map(param))
+            .enumerate()
+            .map(|(i, p)| {
+                let (p, at) = resolve(p, format!("{base}/{i}"), "parameters", |n| {
+                    doc.spec.components.as_ref()?.parameters.get(n)
+                })?;
+                Ok(param(doc, p, &at))
+            })
             .collect()
     }
 
-    fn body(spec: &Oas, b: &ObjectOrReference<RequestBody>) -> Result<Body, String> {
-        let b = resolve(b, "requestBodies", |n| spec.components.as_ref()?.request_bodies.get(n))?;
-        Ok(Body {
+    fn body(doc: &Doc<'_>, op: &oas3::spec::Operation, at: &str) -> Result<Option<Body>, String> {
+        let Some(b) = &op.request_body else { return Ok(None) };
+        let (b, at) = resolve(b, format!("{at}/requestBody"), "requestBodies", |n| {
+            doc.spec.components.as_ref()?.request_bodies.get(n)
+        })?;
+        Ok(Some(Body {
             required: b.required.unwrap_or(false),
             description: b.description.clone(),
             content: b
                 .content
-                .iter()
-                .map(|(t, m)| (t.clone(), m.schema.as_ref().map(json)))
+                .keys()
+                .map(|t| (t.clone(), doc.schema_at(&format!("{at}/content/{}", esc(t)))))
                 .collect(),
-        })
+        }))
     }
 
-    fn response_schema(spec: &Oas, op: &oas3::spec::Operation) -> Option<Value> {
-        let mut codes: Vec<(u16, &ObjectOrReference<Response>)> = op
+    fn response_schema(doc: &Doc<'_>, op: &oas3::spec::Operation, at: &str) -> Option<Value> {
+        let mut codes: Vec<(u16, &String, _)> = op
             .responses
             .as_ref()?
             .iter()
             .filter_map(|(code, r)| match code.parse::<u16>() {
-                Ok(c) if (200..300).contains(&c) => Some((c, r)),
-                _ if code.eq_ignore_ascii_case("2XX") => Some((299, r)),
+                Ok(c) if (200..300).contains(&c) => Some((c, code, r)),
+                _ if code.eq_ignore_ascii_case("2XX") => Some((299, code, r)),
                 _ => None,
             })
             .collect();
-        codes.sort_by_key(|(c, _)| *c);
-        codes.into_iter().find_map(|(_, r)| {
-            let r = resolve(r, "responses", |n| spec.components.as_ref()?.responses.get(n)).ok()?;
-            r.content
-                .iter()
-                .find(|(t, _)| super::super::tools::is_json(t))
-                .and_then(|(_, m)| m.schema.as_ref().map(json))
+        codes.sort_by_key(|(c, _, _)| *c);
+        codes.into_iter().find_map(|(_, code, r)| {
+            let (r, at) = resolve(r, format!("{at}/responses/{}", esc(code)), "responses", |n| {
+                doc.spec.components.as_ref()?.responses.get(n)
+            })
+            .ok()?;
+            let (t, _) = r.content.iter().find(|(t, _)| super::super::tools::is_json(t))?;
+            doc.schema_at(&format!("{at}/content/{}", esc(t)))
         })
     }
 
-    pub(super) fn read(doc: Value) -> Result<Spec, String> {
-        let spec: Oas = serde_json::from_value(doc).map_err(|e| format!("not a valid OpenAPI 3.1 document: {e}"))?;
+    pub(super) fn read(raw: Value) -> Result<Spec, String> {
+        let spec: Oas =
+            serde_json::from_value(raw.clone()).map_err(|e| format!("not a valid OpenAPI 3.1 document: {e}"))?;
+        let doc = Doc { spec: &spec, raw: &raw };
         let mut operations = Vec::new();
         for (path, item) in spec.paths.iter().flatten() {
             if let Some(reference) = &item.reference {
@@ -464,21 +498,23 @@ mod v31 {
                 });
                 continue;
             }
-            let common = params(&spec, &item.parameters);
+            let item_at = format!("/paths/{}", esc(path));
+            let common = params(&doc, &item.parameters, &format!("{item_at}/parameters"));
             for (method, op) in item.methods() {
+                let method = method.as_str().to_ascii_lowercase();
+                let at = format!("{item_at}/{method}");
                 let mut out = Operation {
                     operation_id: op.operation_id.clone(),
                     summary: op.summary.clone().or_else(|| item.summary.clone()),
                     description: op.description.clone().or_else(|| item.description.clone()),
                     tags: op.tags.clone(),
                     deprecated: op.deprecated.unwrap_or(false),
-                    response_schema: response_schema(&spec, op),
-                    ..blank(method.as_str(), path)
+                    response_schema: response_schema(&doc, op, &at),
+                    ..blank(&method, path)
                 };
                 let read = || -> Result<(Vec<Param>, Option<Body>), String> {
-                    let own = params(&spec, &op.parameters)?;
-                    let body = op.request_body.as_ref().map(|b| body(&spec, b)).transpose()?;
-                    Ok((merge(common.clone()?, own), body))
+                    let own = params(&doc, &op.parameters, &format!("{at}/parameters"))?;
+                    Ok((merge(common.clone()?, own), body(&doc, op, &at)?))
                 };
                 match read() {
                     Ok((p, b)) => {
@@ -490,10 +526,10 @@ mod v31 {
                 operations.push(out);
             }
         }
-        let schemas = spec
-            .components
-            .as_ref()
-            .map(|c| sorted_schemas(c.schemas.clone()))
+        let schemas = raw
+            .pointer("/components/schemas")
+            .and_then(Value::as_object)
+            .cloned()
             .unwrap_or_default();
         Ok(Spec {
             version: Version::V31,

@@ -426,7 +426,8 @@ fn finish(
     mut notes: Vec<String>,
     output_schemas: bool,
 ) -> Result<(ToolConfig, Vec<String>), String> {
-    required.dedup();
+    let mut seen = HashSet::new();
+    required.retain(|r| seen.insert(r.clone()));
     let closed = flattened_body
         .as_ref()
         .is_none_or(|b| b.get("additionalProperties") == Some(&Value::Bool(false)));
@@ -447,16 +448,29 @@ fn finish(
         schemas.push(o);
     }
     let defs = schema::resolve(&mut schemas, &spec.schemas, spec.version).map_err(|e| e.0)?;
-    if let Some(defs) = defs {
-        input["$defs"] = Value::Object(defs.clone());
-        if let Some(o) = output.as_mut() {
-            o["$defs"] = Value::Object(defs);
+    // The proxy wraps an answer that is not an object, so only an object schema describes
+    // `data`; through a `$ref` the referenced definition decides. (A 3.1 `true` schema says
+    // nothing and is left out too.)
+    if let Some(o) = &output {
+        let target = match o
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/$defs/"))
+        {
+            Some(name) => defs
+                .as_ref()
+                .and_then(|d| d.get(&name.replace("~1", "/").replace("~0", "~"))),
+            None => Some(o),
+        };
+        if !target.is_some_and(|t| t.get("type").is_some_and(|t| t == "object")) {
+            notes.push("outputSchema left out: the response is not declared as an object".into());
+            output = None;
         }
     }
-    if let Some(o) = &output {
-        if o.get("type").is_some_and(|t| t != "object") {
-            notes.push("outputSchema left out: the response is not an object".into());
-            output = None;
+    if let Some(defs) = defs {
+        input["$defs"] = Value::Object(defs.clone());
+        if let Some(Value::Object(o)) = output.as_mut() {
+            o.insert("$defs".into(), Value::Object(defs));
         }
     }
     for (what, s) in [("inputSchema", Some(&input)), ("outputSchema", output.as_ref())] {
