@@ -54,9 +54,10 @@
 #   e2e/tools.sh path helm|promtool|otelcol      print the cached binary's path; exit 1 if it
 #                                                is not built (never builds)
 #   e2e/tools.sh otelcol-config <port> <outfile> print a collector config (YAML): OTLP/HTTP on
-#                                                127.0.0.1:<port> (POST /v1/traces), traces
-#                                                pipeline -> file exporter appending one JSON
-#                                                line per request (OTLP/JSON) to <outfile>
+#                                                127.0.0.1:<port> (POST /v1/traces, /v1/metrics),
+#                                                traces and metrics pipelines -> file exporter
+#                                                appending one JSON line per request (OTLP/JSON)
+#                                                to <outfile>
 #   e2e/tools.sh selftest                        build if needed, then run `helm version`,
 #                                                `promtool --version`, `promtool check metrics`
 #                                                and an OTLP/HTTP round trip through the collector
@@ -395,6 +396,9 @@ service:
       level: info
   pipelines:
     traces:
+      receivers: [otlp]
+      exporters: [file]
+    metrics:
       receivers: [otlp]
       exporters: [file]
 EOF

@@ -242,7 +242,7 @@ fn serve(args: &[String]) -> ExitCode {
         wait_for_signal().await;
         tracing::info!("shutting down: draining in-flight requests");
         running.shutdown().await;
-        toolgate_proxy::otel::flush(Duration::from_secs(2)).await;
+        toolgate_proxy::otel::shutdown(Duration::from_secs(2)).await;
         tracing::info!("stopped");
         ExitCode::SUCCESS
     })

@@ -10,6 +10,33 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaug
 /// The process-wide metrics.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
+/// The labels of `mcp_server_operation_duration_seconds`: the attributes of OpenTelemetry's
+/// `mcp.server.operation.duration` that vary, under Prometheus names (dots become
+/// underscores). An attribute that does not apply is an empty label, which Prometheus reads as
+/// absent. The constant ones (`network.transport=tcp`, `network.protocol.name=http`) are on
+/// the OTLP points only.
+pub const OPERATION_LABELS: [&str; 6] = [
+    "mcp_method_name",
+    "gen_ai_tool_name",
+    "gen_ai_operation_name",
+    "error_type",
+    "rpc_response_status_code",
+    "mcp_protocol_version",
+];
+
+/// The labels of `mcp_server_session_duration_seconds`.
+pub const SESSION_LABELS: [&str; 2] = ["mcp_protocol_version", "error_type"];
+
+fn mcp_histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let h = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(crate::otel::DURATION_BUCKETS.to_vec()),
+        labels,
+    )
+    .expect("metric");
+    registry.register(Box::new(h.clone())).expect("unique metric");
+    h
+}
+
 /// Label for a tool the config does not define.
 pub const UNKNOWN: &str = "unknown";
 
@@ -39,6 +66,11 @@ pub struct Metrics {
     pub audit_dropped_unauthenticated: IntCounter,
     /// `toolgate_otel_spans_dropped_total`.
     pub spans_dropped: IntCounter,
+    /// `mcp_server_operation_duration_seconds{...}`: OpenTelemetry's
+    /// `mcp.server.operation.duration` under its Prometheus name (see [`OPERATION_LABELS`]).
+    pub mcp_operation_duration: HistogramVec,
+    /// `mcp_server_session_duration_seconds{mcp_protocol_version,error_type}`.
+    pub mcp_session_duration: HistogramVec,
     /// `toolgate_config_reloads_total{result}`.
     pub config_reloads: IntCounterVec,
     /// `toolgate_config_generation`.
@@ -137,6 +169,18 @@ impl Metrics {
                 "Audit records of requests refused before authentication, dropped because the buffer was full.",
             ),
             spans_dropped: plain(&registry, "toolgate_otel_spans_dropped_total", "Trace spans dropped because the export queue was full."),
+            mcp_operation_duration: mcp_histogram(
+                &registry,
+                "mcp_server_operation_duration_seconds",
+                "MCP request or notification duration as observed on the receiver from the time it was received until the result or ack is sent (OpenTelemetry mcp.server.operation.duration).",
+                &OPERATION_LABELS,
+            ),
+            mcp_session_duration: mcp_histogram(
+                &registry,
+                "mcp_server_session_duration_seconds",
+                "The duration of the MCP session as observed on the MCP server (OpenTelemetry mcp.server.session.duration).",
+                &SESSION_LABELS,
+            ),
             config_reloads: counter(
                 "toolgate_config_reloads_total",
                 "Config reloads, by result (applied; refused: invalid, the old config keeps serving; unreadable: the file cannot be read).",
@@ -224,7 +268,7 @@ impl Metrics {
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 23] = [
+        let collectors: [&dyn Collector; 25] = [
             &self.requests,
             &self.tool_calls,
             &self.tool_duration,
@@ -236,6 +280,8 @@ impl Metrics {
             &self.audit_dropped,
             &self.audit_dropped_unauthenticated,
             &self.spans_dropped,
+            &self.mcp_operation_duration,
+            &self.mcp_session_duration,
             &self.config_reloads,
             &self.config_generation,
             &self.sessions_active,

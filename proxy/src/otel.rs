@@ -1,29 +1,56 @@
-//! OpenTelemetry traces over OTLP/HTTP (JSON encoding): one server span per JSON-RPC request
-//! and a client span per upstream call. Configured by the standard variables
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`), `OTEL_SERVICE_NAME`,
-//! `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_EXPORTER_OTLP_HEADERS`; off when no endpoint is set.
-//! Spans go through a bounded queue to a background batcher, so a slow or absent collector
-//! never slows a call: when the queue is full spans are dropped and counted. On shutdown the
-//! queue is flushed (for up to 2 s).
+//! OpenTelemetry on the OpenTelemetry SDK: one SERVER span per MCP request and a CLIENT span per
+//! upstream call, through the SDK's batch span processor, and the MCP duration histograms
+//! (`mcp.server.operation.duration`, `mcp.server.session.duration`) through its periodic metric
+//! reader, both exported over OTLP/HTTP (protobuf) by `opentelemetry-otlp`.
+//!
+//! The SDK reads the standard variables: `OTEL_EXPORTER_OTLP_ENDPOINT` (or the per-signal
+//! `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT`), `OTEL_EXPORTER_OTLP_HEADERS`,
+//! `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_BSP_*`, `OTEL_METRIC_EXPORT_INTERVAL`.
+//! A signal is off unless an endpoint is set for it; `OTEL_SDK_DISABLED=true` or
+//! `OTEL_{TRACES,METRICS}_EXPORTER=none` turn it off too.
+//!
+//! Three things are ours, each for a reason the SDK cannot cover:
+//! - The exporter's HTTP client is the proxy's hyper client and rustls (the workspace's one
+//!   HTTP and TLS stack, no reqwest). The SDK's processor and reader export from their own
+//!   threads, so each request is spawned on the proxy's Tokio runtime and awaited from there.
+//! - A request's ids are chosen when it arrives: the upstream receives its CLIENT span id in
+//!   `traceparent`, and the audit record its trace id, before any span ends. Spans are built
+//!   when the request ends, with those ids, through an [`IdGenerator`] that hands the SDK the
+//!   ids the request already carries.
+//! - A bounded queue in front of the batch processor counts the spans it drops
+//!   (`toolgate_otel_spans_dropped_total`); the SDK only logs them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::Full;
-use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use http_body_util::{BodyExt, Full, Limited};
+use opentelemetry::metrics::{Histogram, MeterProvider as _};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer as _,
+    TracerProvider as _,
+};
+pub use opentelemetry::KeyValue;
+use opentelemetry::{Context, InstrumentationScope};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, IdGenerator, RandomIdGenerator, Sampler, SamplingDecision, SdkTracer,
+    SdkTracerProvider, ShouldSample, SpanData, SpanExporter, SpanProcessor,
+};
+use opentelemetry_sdk::Resource;
 
-use crate::trace::to_hex;
-
-/// Span kinds (OTLP enum values).
-#[derive(Debug, Clone, Copy)]
+/// Span kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     /// A request the proxy serves.
-    Server = 2,
+    Server,
     /// A request the proxy makes.
-    Client = 3,
+    Client,
 }
 
 /// One finished span.
@@ -33,8 +60,10 @@ pub struct Span {
     pub trace_id: [u8; 16],
     /// Span id.
     pub span_id: [u8; 8],
-    /// Parent span id.
+    /// Parent span id: the client's span (SERVER spans) or the proxy's request span (CLIENT).
     pub parent: Option<[u8; 8]>,
+    /// The client's `tracestate`, kept on the span.
+    pub trace_state: Option<String>,
     /// Name (`tools/call get_customer`, `GET`).
     pub name: String,
     /// Kind.
@@ -44,7 +73,7 @@ pub struct Span {
     /// End, nanoseconds since the epoch.
     pub end: u64,
     /// Attributes.
-    pub attributes: Vec<(&'static str, Value)>,
+    pub attributes: Vec<KeyValue>,
     /// Error description; the span status is ERROR when set.
     pub error: Option<String>,
 }
@@ -57,369 +86,663 @@ pub fn now_nanos() -> u64 {
         .unwrap_or(0)
 }
 
-enum Msg {
-    Span(Box<Span>),
-    /// Export what is queued now, then answer.
-    Flush(tokio::sync::oneshot::Sender<()>),
+fn time(nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(nanos)
 }
 
-struct Exporter {
-    tx: mpsc::Sender<Msg>,
-    dropped: AtomicU64,
+struct Traces {
+    provider: SdkTracerProvider,
+    tracer: SdkTracer,
+    /// The provider's sampler, asked when a request arrives (its decision travels upstream).
+    sampler: Sampler,
 }
 
-static EXPORTER: OnceLock<Exporter> = OnceLock::new();
-static SAMPLER: OnceLock<Sampler> = OnceLock::new();
-
-/// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Sampler {
-    /// Share of new (root) traces sampled.
-    ratio: f64,
-    /// Follow the client's sampled flag when it sends a `traceparent`.
-    parent_based: bool,
+struct Meters {
+    provider: SdkMeterProvider,
+    operation: Histogram<f64>,
+    session: Histogram<f64>,
 }
 
-impl Sampler {
-    fn from_env() -> Self {
-        let name = std::env::var("OTEL_TRACES_SAMPLER").unwrap_or_default();
-        let arg = std::env::var("OTEL_TRACES_SAMPLER_ARG")
-            .ok()
-            .and_then(|a| a.trim().parse::<f64>().ok())
-            .filter(|r| (0.0..=1.0).contains(r));
-        let (ratio, parent_based) = match name.trim() {
-            "always_on" => (1.0, false),
-            "always_off" => (0.0, false),
-            "traceidratio" => (arg.unwrap_or(1.0), false),
-            "parentbased_always_off" => (0.0, true),
-            "parentbased_traceidratio" => (arg.unwrap_or(1.0), true),
-            "" | "parentbased_always_on" => (1.0, true),
-            other => {
-                tracing::warn!(
-                    sampler = other,
-                    "unknown OTEL_TRACES_SAMPLER; using parentbased_always_on"
-                );
-                (1.0, true)
-            }
-        };
-        Self { ratio, parent_based }
-    }
+static TRACES: OnceLock<Traces> = OnceLock::new();
+static METERS: OnceLock<Meters> = OnceLock::new();
 
-    /// Whether a trace with this id is sampled (deterministic in the id, as the spec's
-    /// TraceIdRatioBased: the low 8 bytes against the ratio).
-    fn by_ratio(&self, trace_id: &[u8; 16]) -> bool {
-        if self.ratio >= 1.0 {
-            return true;
-        }
-        let mut low = [0u8; 8];
-        low.copy_from_slice(&trace_id[8..]);
-        (u64::from_be_bytes(low) >> 1) < (self.ratio * (u64::MAX >> 1) as f64) as u64
-    }
-}
+/// Bucket boundaries the MCP conventions give both duration histograms (seconds).
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
 
-/// The sampled flag of a request's trace: the client's decision (`parent`, when it sent a
-/// `traceparent`) under a parent-based sampler, else the ratio. Without an exporter every
-/// trace stays sampled, as the client asked or as new traces always were.
-pub fn sampled(trace_id: &[u8; 16], parent: Option<bool>) -> bool {
-    let Some(sampler) = SAMPLER.get() else {
-        return parent.unwrap_or(true);
+/// An export request gives up after this long (the spans or points of that batch are lost).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The SDK's default queue (`OTEL_BSP_MAX_QUEUE_SIZE`).
+const DEFAULT_QUEUE: usize = 2048;
+
+/// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` as the SDK sampler. Unknown names fall back
+/// to the specification's default, `parentbased_always_on`.
+fn sampler(name: &str, arg: Option<&str>) -> Result<Sampler, String> {
+    let ratio = || {
+        arg.and_then(|a| a.trim().parse::<f64>().ok())
+            .filter(|r| (0.0..=1.0).contains(r))
+            .unwrap_or(1.0)
     };
-    match parent {
-        Some(p) if sampler.parent_based => p,
-        _ => sampler.by_ratio(trace_id),
-    }
+    Ok(match name.trim() {
+        "always_on" => Sampler::AlwaysOn,
+        "always_off" => Sampler::AlwaysOff,
+        "traceidratio" => Sampler::TraceIdRatioBased(ratio()),
+        "parentbased_always_off" => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+        "parentbased_traceidratio" => Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio()))),
+        "" | "parentbased_always_on" => Sampler::ParentBased(Box::new(Sampler::AlwaysOn)),
+        other => return Err(other.to_string()),
+    })
 }
 
-const QUEUE: usize = 4096;
-const BATCH: usize = 512;
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
+fn parent_context(trace_id: [u8; 16], parent: [u8; 8], sampled: bool, remote: bool, state: Option<&str>) -> Context {
+    let flags = if sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let state = state.and_then(|s| s.parse::<TraceState>().ok()).unwrap_or_default();
+    Context::new().with_remote_span_context(SpanContext::new(
+        TraceId::from_bytes(trace_id),
+        SpanId::from_bytes(parent),
+        flags,
+        remote,
+        state,
+    ))
+}
+
+/// The sampled flag of a request's trace, decided by the provider's sampler: under a
+/// parent-based one the client's flag (`parent`: its span and flag, when it sent a
+/// `traceparent`), else the trace id against the ratio. Without an exporter every trace stays
+/// sampled, as the client asked or as new traces always are.
+pub fn sampled(trace_id: &[u8; 16], parent: Option<([u8; 8], bool)>) -> bool {
+    let Some(t) = TRACES.get() else {
+        return parent.is_none_or(|(_, s)| s);
+    };
+    let cx = match parent {
+        Some((span, sampled)) => parent_context(*trace_id, span, sampled, true, None),
+        None => Context::new(),
+    };
+    let result = t.sampler.should_sample(
+        Some(&cx),
+        TraceId::from_bytes(*trace_id),
+        "",
+        &SpanKind::Server,
+        &[],
+        &[],
+    );
+    result.decision == SamplingDecision::RecordAndSample
+}
 
 /// Whether spans are exported.
 pub fn enabled() -> bool {
-    EXPORTER.get().is_some()
+    TRACES.get().is_some()
 }
 
-/// Queues a finished span (dropped and counted when the queue is full).
+/// Whether the MCP duration histograms are exported over OTLP.
+pub fn metrics_enabled() -> bool {
+    METERS.get().is_some()
+}
+
+thread_local! {
+    /// The ids of the span being built on this thread (see [`Preset`]).
+    static NEXT_IDS: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+}
+
+/// Hands the SDK the ids a request already carries while its span is built; random ids
+/// otherwise (spans the proxy does not build itself never reach here today).
+#[derive(Debug, Default)]
+struct Preset(RandomIdGenerator);
+
+impl IdGenerator for Preset {
+    fn new_trace_id(&self) -> TraceId {
+        NEXT_IDS
+            .with(Cell::get)
+            .map_or_else(|| self.0.new_trace_id(), |(t, _)| t)
+    }
+
+    fn new_span_id(&self) -> SpanId {
+        NEXT_IDS
+            .with(Cell::get)
+            .map_or_else(|| self.0.new_span_id(), |(_, s)| s)
+    }
+}
+
+/// Hands a finished span to the batch processor (dropped and counted when its queue is full).
 pub fn record(span: Span) {
-    if let Some(e) = EXPORTER.get() {
-        if e.tx.try_send(Msg::Span(Box::new(span))).is_err() {
-            e.dropped.fetch_add(1, Ordering::Relaxed);
+    if let Some(t) = TRACES.get() {
+        build(&t.tracer, span);
+    }
+}
+
+fn build(tracer: &SdkTracer, span: Span) {
+    let (kind, remote) = match span.kind {
+        Kind::Server => (SpanKind::Server, true),
+        Kind::Client => (SpanKind::Client, false),
+    };
+    let parent = match span.parent {
+        Some(p) => parent_context(span.trace_id, p, true, remote, span.trace_state.as_deref()),
+        None => Context::new(),
+    };
+    let builder = tracer
+        .span_builder(span.name)
+        .with_kind(kind)
+        .with_start_time(time(span.start))
+        .with_attributes(span.attributes);
+    NEXT_IDS.with(|n| {
+        n.set(Some((
+            TraceId::from_bytes(span.trace_id),
+            SpanId::from_bytes(span.span_id),
+        )))
+    });
+    let mut built = tracer.build_with_context(builder, &parent);
+    NEXT_IDS.with(|n| n.set(None));
+    if let Some(message) = span.error {
+        built.set_status(Status::error(message));
+    }
+    built.end_with_timestamp(time(span.end));
+}
+
+/// Records one MCP operation in `mcp.server.operation.duration` (OTLP; `/metrics` has its own
+/// histogram, see `metrics.rs`).
+pub fn operation_duration(seconds: f64, attributes: &[KeyValue]) {
+    if let Some(m) = METERS.get() {
+        m.operation.record(seconds, attributes);
+    }
+}
+
+/// Records one ended MCP session in `mcp.server.session.duration` (OTLP).
+pub fn session_duration(seconds: f64, attributes: &[KeyValue]) {
+    if let Some(m) = METERS.get() {
+        m.session.record(seconds, attributes);
+    }
+}
+
+/// Exports what is queued and stops both providers (on SIGTERM, after the in-flight calls
+/// drained); gives up after `timeout`.
+pub async fn shutdown(timeout: Duration) {
+    let traces = TRACES.get().map(|t| t.provider.clone());
+    let meters = METERS.get().map(|m| m.provider.clone());
+    if traces.is_none() && meters.is_none() {
+        return;
+    }
+    // The SDK blocks the calling thread while its own threads export through this runtime.
+    let done = tokio::task::spawn_blocking(move || {
+        if let Some(p) = traces {
+            let _ = p.shutdown_with_timeout(timeout);
+        }
+        if let Some(m) = meters {
+            let _ = m.shutdown_with_timeout(timeout);
+        }
+    });
+    let _ = tokio::time::timeout(timeout + Duration::from_millis(200), done).await;
+}
+
+/// A bounded queue in front of the SDK's batch processor. `pending` counts the spans handed to
+/// it that no export has taken yet, which is at least what its channel holds, so the processor
+/// itself never drops one: every drop happens here, and is counted.
+#[derive(Debug)]
+struct Bounded<P> {
+    inner: P,
+    pending: Arc<AtomicUsize>,
+    capacity: usize,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if self.pending.fetch_add(1, Ordering::AcqRel) >= self.capacity {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
             crate::metrics::METRICS.spans_dropped.inc();
-        }
-    }
-}
-
-/// Exports every span queued so far (on shutdown); gives up after `timeout`.
-pub async fn flush(timeout: Duration) {
-    let Some(e) = EXPORTER.get() else { return };
-    let (done, wait) = tokio::sync::oneshot::channel();
-    let flushed = async {
-        if e.tx.send(Msg::Flush(done)).await.is_ok() {
-            let _ = wait.await;
-        }
-    };
-    let _ = tokio::time::timeout(timeout, flushed).await;
-}
-
-/// Spans dropped because the queue was full.
-pub fn dropped() -> u64 {
-    EXPORTER.get().map_or(0, |e| e.dropped.load(Ordering::Relaxed))
-}
-
-/// The traces URL from the environment: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, or
-/// `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`.
-fn endpoint_from_env() -> Option<String> {
-    let var = |k: &str| {
-        std::env::var(k)
-            .ok()
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(t) = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
-        return Some(t);
-    }
-    var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|b| format!("{}/v1/traces", b.trim_end_matches('/')))
-}
-
-/// `k=v,k=v` lists (`OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS`), values
-/// percent-decoded.
-fn pairs(var: &str) -> Vec<(String, String)> {
-    std::env::var(var)
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| {
-            let v = percent_encoding::percent_decode_str(v.trim())
-                .decode_utf8_lossy()
-                .into_owned();
-            (k.trim().to_string(), v)
-        })
-        .filter(|(k, _)| !k.is_empty())
-        .collect()
-}
-
-/// Starts the exporter when an OTLP endpoint is configured; call once inside the runtime.
-pub fn init_from_env() {
-    let Some(url) = endpoint_from_env() else { return };
-    let uri: http::Uri = match url.parse() {
-        Ok(u) => u,
-        Err(e) => {
-            tracing::error!(endpoint = %url, error = %e, "OTLP endpoint is not a URL; traces are off");
             return;
         }
-    };
-    let service = std::env::var("OTEL_SERVICE_NAME")
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The OTLP exporter, releasing [`Bounded`]'s count as batches leave and logging the first
+/// failure of a streak (the SDK's own logs are off).
+#[derive(Debug)]
+struct Counted<E> {
+    inner: E,
+    pending: Arc<AtomicUsize>,
+    failures: AtomicU32,
+}
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        self.pending.fetch_sub(batch.len(), Ordering::AcqRel);
+        let export = self.inner.export(batch);
+        async move {
+            let result = export.await;
+            match &result {
+                Ok(()) => self.failures.store(0, Ordering::Relaxed),
+                Err(e) => {
+                    if self.failures.fetch_add(1, Ordering::Relaxed) == 0 {
+                        tracing::warn!(error = %e, "OTLP span export failed; the spans of this batch are lost");
+                    }
+                }
+            }
+            result
+        }
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+type HyperClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    Full<Bytes>,
+>;
+
+/// The exporters' HTTP client: the proxy's hyper client with rustls, on the proxy's runtime.
+#[derive(Debug, Clone)]
+struct Transport {
+    client: HyperClient,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Transport {
+    fn new() -> Result<Self, String> {
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_native_roots()
+            .map_err(|e| format!("no TLS roots for the OTLP endpoint: {e}"))?
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
+        let runtime = tokio::runtime::Handle::try_current().map_err(|e| e.to_string())?;
+        Ok(Self { client, runtime })
+    }
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for Transport {
+    async fn send_bytes(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        let (parts, body) = request.into_parts();
+        let request = http::Request::from_parts(parts, Full::new(body));
+        let task = self.runtime.spawn(async move {
+            let exchange = async {
+                let resp = client.request(request).await?;
+                let (parts, body) = resp.into_parts();
+                // A collector answers with a small status message; more is not read.
+                let body = Limited::new(body, 1 << 20).collect().await?.to_bytes();
+                Ok::<_, opentelemetry_http::HttpError>(http::Response::from_parts(parts, body))
+            };
+            match tokio::time::timeout(EXPORT_TIMEOUT, exchange).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("no answer from the OTLP endpoint in {EXPORT_TIMEOUT:?}").into()),
+            }
+        });
+        task.await?
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name)
         .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "toolgate-proxy".into());
-    let mut resource = vec![
-        json!({"key": "service.name", "value": {"stringValue": service}}),
-        json!({"key": "service.version", "value": {"stringValue": env!("CARGO_PKG_VERSION")}}),
-        json!({"key": "telemetry.sdk.name", "value": {"stringValue": "toolgate"}}),
-        json!({"key": "telemetry.sdk.language", "value": {"stringValue": "rust"}}),
-    ];
-    for (k, v) in pairs("OTEL_RESOURCE_ATTRIBUTES") {
-        if k != "service.name" {
-            resource.push(json!({"key": k, "value": {"stringValue": v}}));
-        }
-    }
-    let headers = pairs("OTEL_EXPORTER_OTLP_HEADERS");
-    let _ = SAMPLER.set(Sampler::from_env());
-    let (tx, rx) = mpsc::channel(QUEUE);
-    if EXPORTER
-        .set(Exporter {
-            tx,
-            dropped: AtomicU64::new(0),
-        })
-        .is_err()
-    {
-        return;
-    }
-    tracing::info!(endpoint = %url, "exporting traces over OTLP/HTTP");
-    tokio::spawn(run(uri, headers, Value::Array(resource), rx));
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
-async fn run(uri: http::Uri, headers: Vec<(String, String)>, resource: Value, mut rx: mpsc::Receiver<Msg>) {
-    let https = match hyper_rustls::HttpsConnectorBuilder::new().with_native_roots() {
-        Ok(b) => b.https_or_http().enable_http1().build(),
+/// Whether a signal (`TRACES`, `METRICS`) has an endpoint and is not turned off.
+fn signal_on(signal: &str) -> bool {
+    let exporter = env(&format!("OTEL_{signal}_EXPORTER")).unwrap_or_default();
+    if exporter.eq_ignore_ascii_case("none") {
+        return false;
+    }
+    env(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")).is_some() || env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
+}
+
+/// The resource: what the SDK reads (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`,
+/// `telemetry.sdk.*`), `toolgate-proxy` as the service name when neither names one, and the
+/// version.
+fn resource() -> Resource {
+    let named = env("OTEL_SERVICE_NAME").is_some()
+        || env("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| {
+            a.split(',')
+                .any(|p| p.split_once('=').is_some_and(|(k, _)| k.trim() == "service.name"))
+        });
+    let mut builder = Resource::builder();
+    if !named {
+        builder = builder.with_service_name("toolgate-proxy");
+    }
+    builder
+        .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("toolgate-proxy")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}
+
+/// Starts the exporters the environment asks for; call once inside the runtime.
+pub fn init_from_env() {
+    if env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return;
+    }
+    let (traces, metrics) = (signal_on("TRACES"), signal_on("METRICS"));
+    if !traces && !metrics {
+        return;
+    }
+    for var in [
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    ] {
+        if let Some(p) = env(var).filter(|p| p != "http/protobuf") {
+            tracing::warn!(variable = var, protocol = %p, "only http/protobuf is supported; exporting over http/protobuf");
+        }
+    }
+    let transport = match Transport::new() {
+        Ok(t) => t,
         Err(e) => {
-            tracing::error!(error = %e, "no TLS roots for the OTLP endpoint; traces are off");
+            tracing::error!(error = %e, "telemetry export is off");
             return;
         }
     };
-    let client: hyper_util::client::legacy::Client<_, Full<Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-    let mut batch = Vec::with_capacity(BATCH);
-    let mut failures = 0u32;
-    loop {
-        let deadline = tokio::time::sleep(FLUSH_EVERY);
-        tokio::pin!(deadline);
-        let mut flushed = None;
-        loop {
-            tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(Msg::Span(s)) => {
-                        batch.push(*s);
-                        if batch.len() >= BATCH {
-                            break;
-                        }
-                    }
-                    Some(Msg::Flush(done)) => {
-                        flushed = Some(done);
-                        break;
-                    }
-                    None => break,
-                },
-                _ = &mut deadline => break,
+    let resource = resource();
+    if traces {
+        match init_traces(&transport, resource.clone()) {
+            Ok(t) => {
+                let _ = TRACES.set(t);
+                tracing::info!("exporting traces over OTLP/HTTP");
             }
+            Err(e) => tracing::error!(error = %e, "traces are off"),
         }
-        if !batch.is_empty() {
-            export(&client, &uri, &headers, &resource, &batch, &mut failures).await;
-            batch.clear();
-        }
-        if let Some(done) = flushed {
-            let _ = done.send(());
-        }
-        if rx.is_closed() && rx.is_empty() {
-            return;
+    }
+    if metrics {
+        match init_metrics(&transport, resource) {
+            Ok(m) => {
+                let _ = METERS.set(m);
+                tracing::info!("exporting MCP metrics over OTLP/HTTP");
+            }
+            Err(e) => tracing::error!(error = %e, "OTLP metrics are off"),
         }
     }
 }
 
-async fn export<C>(
-    client: &hyper_util::client::legacy::Client<C, Full<Bytes>>,
-    uri: &http::Uri,
-    headers: &[(String, String)],
-    resource: &Value,
-    batch: &[Span],
-    failures: &mut u32,
-) where
-    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
-{
-    let body = encode(resource, batch);
-    let mut req = http::Request::post(uri.clone()).header(http::header::CONTENT_TYPE, "application/json");
-    for (k, v) in headers {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    let Ok(req) = req.body(Full::new(Bytes::from(body))) else {
-        tracing::warn!("OTEL_EXPORTER_OTLP_HEADERS holds an invalid header; spans are not exported");
-        return;
+fn init_traces(transport: &Transport, resource: Resource) -> Result<Traces, String> {
+    let name = env("OTEL_TRACES_SAMPLER").unwrap_or_default();
+    let sampler = sampler(&name, env("OTEL_TRACES_SAMPLER_ARG").as_deref()).unwrap_or_else(|other| {
+        tracing::warn!(sampler = %other, "unknown OTEL_TRACES_SAMPLER; using parentbased_always_on");
+        Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
+    });
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(transport.clone())
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let capacity = env("OTEL_BSP_MAX_QUEUE_SIZE")
+        .and_then(|q| q.parse::<usize>().ok())
+        .filter(|q| *q > 0)
+        .unwrap_or(DEFAULT_QUEUE);
+    let pending = Arc::new(AtomicUsize::new(0));
+    let exporter = Counted {
+        inner: exporter,
+        pending: pending.clone(),
+        failures: AtomicU32::new(0),
     };
-    match tokio::time::timeout(Duration::from_secs(10), client.request(req)).await {
-        Ok(Ok(resp)) if resp.status().is_success() => *failures = 0,
-        outcome => {
-            *failures += 1;
-            // One line per failure streak, not per batch.
-            if *failures == 1 {
-                let why = match outcome {
-                    Ok(Ok(r)) => format!("HTTP {}", r.status()),
-                    Ok(Err(e)) => e.to_string(),
-                    Err(_) => "timed out".into(),
-                };
-                tracing::warn!(endpoint = %uri, error = %why, "OTLP export failed; spans of this batch are lost");
-            }
-        }
-    }
-}
-
-fn attribute(key: &str, v: &Value) -> Value {
-    let value = match v {
-        Value::Bool(b) => json!({"boolValue": b}),
-        Value::Number(n) if n.is_i64() || n.is_u64() => json!({"intValue": n.to_string()}),
-        Value::Number(n) => json!({"doubleValue": n.as_f64()}),
-        Value::String(s) => json!({"stringValue": s}),
-        other => json!({"stringValue": other.to_string()}),
-    };
-    json!({"key": key, "value": value})
-}
-
-/// The OTLP/JSON `ExportTraceServiceRequest` of `spans`.
-pub fn encode(resource: &Value, spans: &[Span]) -> Vec<u8> {
-    let spans: Vec<Value> = spans
-        .iter()
-        .map(|s| {
-            let mut v = json!({
-                "traceId": to_hex(&s.trace_id),
-                "spanId": to_hex(&s.span_id),
-                "name": s.name,
-                "kind": s.kind as i32,
-                "startTimeUnixNano": s.start.to_string(),
-                "endTimeUnixNano": s.end.to_string(),
-                "attributes": s.attributes.iter().map(|(k, v)| attribute(k, v)).collect::<Vec<_>>(),
-                "status": match &s.error {
-                    Some(m) => json!({"code": 2, "message": m}),
-                    None => json!({"code": 0}),
-                },
-            });
-            if let Some(p) = s.parent {
-                v["parentSpanId"] = to_hex(&p).into();
-            }
-            v
+    let batch = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(BatchConfigBuilder::default().with_max_queue_size(capacity).build())
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(Bounded {
+            inner: batch,
+            pending,
+            capacity,
         })
-        .collect();
-    serde_json::to_vec(&json!({"resourceSpans": [{
-        "resource": {"attributes": resource},
-        "scopeSpans": [{"scope": {"name": "toolgate-proxy", "version": env!("CARGO_PKG_VERSION")}, "spans": spans}]
-    }]}))
-    .unwrap_or_default()
+        .with_sampler(sampler.clone())
+        .with_id_generator(Preset::default())
+        .with_resource(resource)
+        .build();
+    let tracer = provider.tracer_with_scope(scope());
+    Ok(Traces {
+        provider,
+        tracer,
+        sampler,
+    })
+}
+
+fn init_metrics(transport: &Transport, resource: Resource) -> Result<Meters, String> {
+    let exporter = opentelemetry_otlp::MetricExporter::builder()
+        .with_http()
+        .with_http_client(transport.clone())
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let provider = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(exporter).build())
+        .with_resource(resource)
+        .build();
+    let meter = provider.meter_with_scope(scope());
+    let operation = meter
+        .f64_histogram("mcp.server.operation.duration")
+        .with_unit("s")
+        .with_description(
+            "MCP request or notification duration as observed on the receiver from the time it was received until the result or ack is sent.",
+        )
+        .with_boundaries(DURATION_BUCKETS.to_vec())
+        .build();
+    let session = meter
+        .f64_histogram("mcp.server.session.duration")
+        .with_unit("s")
+        .with_description("The duration of the MCP session as observed on the MCP server.")
+        .with_boundaries(DURATION_BUCKETS.to_vec())
+        .build();
+    Ok(Meters {
+        provider,
+        operation,
+        session,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn ratio_sampling_is_deterministic_and_close_to_the_ratio() {
-        let s = Sampler {
-            ratio: 0.25,
-            parent_based: true,
+    fn decide(s: &Sampler, trace_id: [u8; 16], parent: Option<bool>) -> bool {
+        let cx = match parent {
+            Some(p) => parent_context(trace_id, [7; 8], p, true, None),
+            None => Context::new(),
         };
-        let mut hits = 0;
-        for i in 0u64..4000 {
-            let mut id = [0u8; 16];
-            id[8..].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
-            assert_eq!(s.by_ratio(&id), s.by_ratio(&id));
-            hits += usize::from(s.by_ratio(&id));
-        }
-        assert!((800..1200).contains(&hits), "{hits} of 4000 at 25%");
-        assert!(Sampler {
-            ratio: 1.0,
-            parent_based: false
-        }
-        .by_ratio(&[0xff; 16]));
-        assert!(!Sampler {
-            ratio: 0.0,
-            parent_based: false
-        }
-        .by_ratio(&[0; 16]));
+        s.should_sample(
+            Some(&cx),
+            TraceId::from_bytes(trace_id),
+            "",
+            &SpanKind::Server,
+            &[],
+            &[],
+        )
+        .decision
+            == SamplingDecision::RecordAndSample
     }
 
     #[test]
-    fn spans_encode_as_otlp_json_with_hex_ids_and_string_nanos() {
-        let span = Span {
+    fn samplers_follow_the_environment_names() {
+        let ids: Vec<[u8; 16]> = (0u64..4000)
+            .map(|i| {
+                let mut id = [0u8; 16];
+                id[8..].copy_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
+                id
+            })
+            .collect();
+        let quarter = sampler("parentbased_traceidratio", Some("0.25")).unwrap();
+        let hits = ids.iter().filter(|id| decide(&quarter, **id, None)).count();
+        assert!((800..1200).contains(&hits), "{hits} of 4000 new traces at 25%");
+        assert!(ids
+            .iter()
+            .all(|id| decide(&quarter, *id, None) == decide(&quarter, *id, None)));
+        assert!(decide(&quarter, ids[0], Some(true)), "a sampled parent is followed");
+        assert!(
+            !decide(&quarter, ids[0], Some(false)),
+            "an unsampled parent is followed"
+        );
+
+        let default = sampler("", None).unwrap();
+        assert!(decide(&default, ids[1], None));
+        assert!(!decide(&default, ids[1], Some(false)));
+        let on = sampler("always_on", None).unwrap();
+        assert!(decide(&on, ids[1], Some(false)), "always_on ignores the parent");
+        let off = sampler("parentbased_always_off", None).unwrap();
+        assert!(!decide(&off, ids[1], None));
+        assert!(decide(&off, ids[1], Some(true)));
+        assert!(!decide(
+            &sampler("traceidratio", Some("0")).unwrap(),
+            ids[2],
+            Some(true)
+        ));
+        assert_eq!(sampler("nonsense", None).unwrap_err(), "nonsense");
+    }
+
+    /// A processor that keeps what it gets, and an exporter that counts.
+    #[derive(Debug, Default, Clone)]
+    struct Keep(Arc<std::sync::Mutex<Vec<SpanData>>>);
+
+    impl SpanProcessor for Keep {
+        fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &Context) {}
+        fn on_end(&self, span: SpanData) {
+            self.0.lock().unwrap().push(span);
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+            Ok(())
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct Count(AtomicUsize);
+
+    impl SpanExporter for Count {
+        fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+            self.0.fetch_add(batch.len(), Ordering::Relaxed);
+            async { Ok(()) }
+        }
+    }
+
+    /// Builds `spans` as `record` does, on a provider of the test's own; what it exported.
+    fn built(spans: Vec<Span>) -> Vec<SpanData> {
+        let keep = Keep::default();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(keep.clone())
+            .with_id_generator(Preset::default())
+            .build();
+        let tracer = provider.tracer("test");
+        for s in spans {
+            build(&tracer, s);
+        }
+        let out = keep.0.lock().unwrap().clone();
+        out
+    }
+
+    fn span(kind: Kind, parent: Option<[u8; 8]>, state: Option<&str>) -> Span {
+        Span {
             trace_id: [0xab; 16],
             span_id: [1; 8],
-            parent: Some([2; 8]),
+            parent,
+            trace_state: state.map(str::to_string),
             name: "tools/call get_customer".into(),
-            kind: Kind::Server,
-            start: 1,
-            end: 2,
-            attributes: vec![
-                ("gen_ai.tool.name", json!("get_customer")),
-                ("http.response.status_code", json!(200)),
-            ],
-            error: None,
-        };
-        let v: Value = serde_json::from_slice(&encode(&json!([]), &[span])).unwrap();
-        let s = &v["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
-        assert_eq!(s["traceId"], "abababababababababababababababab");
-        assert_eq!(s["spanId"], "0101010101010101");
-        assert_eq!(s["parentSpanId"], "0202020202020202");
-        assert_eq!(s["kind"], 2);
-        assert_eq!(s["startTimeUnixNano"], "1");
+            kind,
+            start: 1_000,
+            end: 2_000,
+            attributes: vec![KeyValue::new("gen_ai.tool.name", "get_customer")],
+            error: Some("JSON-RPC error -32602".into()),
+        }
+    }
+
+    #[test]
+    fn spans_keep_the_ids_the_request_carries_and_the_clients_tracestate() {
+        let spans = built(vec![
+            span(Kind::Server, Some([2; 8]), Some("vendor=abc,other=x")),
+            span(Kind::Client, None, None),
+        ]);
+        let server = &spans[0];
+        assert_eq!(server.span_context.trace_id(), TraceId::from_bytes([0xab; 16]));
+        assert_eq!(server.span_context.span_id(), SpanId::from_bytes([1; 8]));
+        assert_eq!(server.parent_span_id, SpanId::from_bytes([2; 8]));
+        assert_eq!(server.span_kind, SpanKind::Server);
+        assert_eq!(server.span_context.trace_state().header(), "vendor=abc,other=x");
+        assert_eq!(server.start_time, time(1_000));
+        assert_eq!(server.end_time, time(2_000));
+        assert!(matches!(&server.status, Status::Error { description } if description == "JSON-RPC error -32602"));
+        let root = &spans[1];
         assert_eq!(
-            s["attributes"][1],
-            json!({"key": "http.response.status_code", "value": {"intValue": "200"}})
+            root.span_context.trace_id(),
+            TraceId::from_bytes([0xab; 16]),
+            "a new trace keeps its id too"
         );
+        assert_eq!(root.parent_span_id, SpanId::INVALID);
+        // Outside `build`, ids are random.
+        let g = Preset::default();
+        assert_ne!(g.new_span_id(), SpanId::from_bytes([1; 8]));
+        assert_ne!(g.new_span_id(), SpanId::INVALID);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts_and_an_export_frees_room() {
+        let sample = built(vec![span(Kind::Server, None, None)]).remove(0);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let bounded = Bounded {
+            inner: Keep::default(),
+            pending: pending.clone(),
+            capacity: 3,
+        };
+        let before = crate::metrics::METRICS.spans_dropped.get();
+        for _ in 0..5 {
+            bounded.on_end(sample.clone());
+        }
+        assert_eq!(bounded.inner.0.lock().unwrap().len(), 3, "the queue holds 3");
+        assert!(
+            crate::metrics::METRICS.spans_dropped.get() >= before + 2,
+            "2 counted as dropped"
+        );
+        assert_eq!(pending.load(Ordering::Relaxed), 3);
+        let exporter = Counted {
+            inner: Count::default(),
+            pending: pending.clone(),
+            failures: AtomicU32::new(0),
+        };
+        let batch: Vec<SpanData> = bounded.inner.0.lock().unwrap().drain(..).collect();
+        exporter.export(batch).await.unwrap();
+        assert_eq!(exporter.inner.0.load(Ordering::Relaxed), 3);
+        assert_eq!(pending.load(Ordering::Relaxed), 0, "an export frees the queue");
+        bounded.on_end(sample);
+        assert_eq!(bounded.inner.0.lock().unwrap().len(), 1);
     }
 }

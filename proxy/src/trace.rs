@@ -71,7 +71,11 @@ impl TraceContext {
             (trace_id != [0; 16] && parent != [0; 8]).then_some((trace_id, Some(parent), flags))
         });
         let (trace_id, parent_id, flags) = match parsed {
-            Some((t, p, f)) => (t, p, (f & !1) | u8::from(crate::otel::sampled(&t, Some(f & 1 == 1)))),
+            Some((t, p, f)) => (
+                t,
+                p,
+                (f & !1) | u8::from(crate::otel::sampled(&t, p.map(|p| (p, f & 1 == 1)))),
+            ),
             None => {
                 let t = random();
                 (t, None, u8::from(crate::otel::sampled(&t, None)))

@@ -1,6 +1,9 @@
-//! Traces reach a real OpenTelemetry Collector (built by e2e/tools.sh) over OTLP/HTTP: one
-//! server span per JSON-RPC request, a child client span per upstream call, parent/child links
-//! continuing the client's `traceparent`, and the MCP/GenAI attributes.
+//! Traces and metrics reach a real OpenTelemetry Collector (built by e2e/tools.sh) over
+//! OTLP/HTTP from the OpenTelemetry SDK: one server span per JSON-RPC request, a child client
+//! span per upstream call, parent/child links continuing the client's `traceparent` and
+//! `tracestate`, the attributes of OpenTelemetry's MCP conventions, and the
+//! `mcp.server.operation.duration` / `mcp.server.session.duration` histograms (also on
+//! `/metrics` under their Prometheus names), all flushed on SIGTERM.
 
 mod common;
 
@@ -134,6 +137,67 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
         env["data"]["headers"]["tracestate"], "vendor=abc,other=x",
         "tracestate forwarded unchanged"
     );
+    // A tool error (an unknown customer: needs_more_info, isError) and a JSON-RPC error.
+    let (bad, is_error) = s.envelope("get_customer", json!({"customerId": "nobody"})).await;
+    assert!(is_error, "{bad}");
+    let unknown = s.request("no/such", json!({})).await;
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+    // The metrics on /metrics, under their Prometheus names.
+    let admin_url = format!("http://127.0.0.1:{admin}/metrics");
+    let (_, _, scrape) = send(&s.http, "GET", &admin_url, &[], bytes::Bytes::new()).await;
+    let scrape = String::from_utf8(scrape.to_vec()).unwrap();
+    let series = |name: &str, labels: &[&str]| {
+        scrape
+            .lines()
+            .any(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
+    };
+    assert!(
+        series(
+            "mcp_server_operation_duration_seconds_count",
+            &[
+                r#"mcp_method_name="tools/call""#,
+                r#"gen_ai_tool_name="echo""#,
+                r#"gen_ai_operation_name="execute_tool""#,
+                r#"error_type="""#,
+                r#"mcp_protocol_version="2025-06-18""#
+            ]
+        ),
+        "{scrape}"
+    );
+    assert!(
+        series(
+            "mcp_server_operation_duration_seconds_count",
+            &[r#"gen_ai_tool_name="get_customer""#, r#"error_type="tool_error""#]
+        ),
+        "{scrape}"
+    );
+    assert!(
+        series(
+            "mcp_server_operation_duration_seconds_count",
+            &[
+                r#"mcp_method_name="other""#,
+                r#"error_type="-32601""#,
+                r#"rpc_response_status_code="-32601""#
+            ]
+        ),
+        "{scrape}"
+    );
+    // Ending the session records its duration.
+    let mut h = base_headers();
+    h.push(("mcp-session-id", &s.id));
+    h.push(("mcp-protocol-version", &s.version));
+    let (status, _, _) = send(&s.http, "DELETE", &s.url, &h, bytes::Bytes::new()).await;
+    assert_eq!(status, 204);
+    let (_, _, scrape) = send(&s.http, "GET", &admin_url, &[], bytes::Bytes::new()).await;
+    let scrape = String::from_utf8(scrape.to_vec()).unwrap();
+    assert!(
+        scrape
+            .lines()
+            .any(|l| l.starts_with("mcp_server_session_duration_seconds_count")
+                && l.contains(r#"mcp_protocol_version="2025-06-18""#)
+                && l.ends_with(" 1")),
+        "{scrape}"
+    );
 
     // Stop the proxy at once: the spans still queued are exported on the way out.
     let _ = Command::new("kill").args(["-TERM", &proxy.0.id().to_string()]).status();
@@ -142,7 +206,7 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
 
     // The collector writes what it received (OTLP/JSON lines).
     let start = Instant::now();
-    let spans: Vec<Value> = loop {
+    let (spans, text): (Vec<Value>, String) = loop {
         let text = std::fs::read_to_string(&spans_file).unwrap_or_default();
         let spans: Vec<Value> = text
             .lines()
@@ -164,8 +228,11 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
             })
             .filter(|s| s["traceId"].as_str().is_some_and(|t| t.eq_ignore_ascii_case(trace_id)))
             .collect();
-        if spans.iter().any(|s| s["name"] == "tools/call echo") && spans.iter().any(|s| s["kind"] == 3) {
-            break spans;
+        if spans.iter().any(|s| s["name"] == "tools/call echo")
+            && spans.iter().any(|s| s["kind"] == 3)
+            && text.contains("mcp.server.session.duration")
+        {
+            break (spans, text);
         }
         assert!(
             start.elapsed() < Duration::from_secs(5),
@@ -189,6 +256,32 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
     assert!(attr(server, "jsonrpc.request.id").is_some());
     assert_eq!(attr(server, "mcp.session.id"), Some(json!(s.id.clone())));
     assert_eq!(attr(server, "http.response.status_code"), Some(json!("200")));
+    assert_eq!(attr(server, "gen_ai.operation.name"), Some(json!("execute_tool")));
+    assert_eq!(attr(server, "mcp.protocol.version"), Some(json!("2025-06-18")));
+    assert_eq!(attr(server, "network.transport"), Some(json!("tcp")));
+    assert_eq!(attr(server, "network.protocol.name"), Some(json!("http")));
+    assert_eq!(attr(server, "network.protocol.version"), Some(json!("1.1")));
+    assert_eq!(attr(server, "client.address"), Some(json!("127.0.0.1")));
+    assert!(attr(server, "client.port").is_some());
+    assert_eq!(attr(server, "error.type"), None, "a successful call has no error.type");
+    assert_eq!(
+        server["traceState"], "vendor=abc,other=x",
+        "the client's tracestate is on the span"
+    );
+
+    let tool_error = spans
+        .iter()
+        .find(|s| s["name"] == "tools/call get_customer")
+        .expect("the refused call's span");
+    assert_eq!(attr(tool_error, "error.type"), Some(json!("tool_error")));
+    assert_eq!(tool_error["status"]["code"], 2, "ERROR");
+    let rpc_error = spans
+        .iter()
+        .find(|s| attr(s, "mcp.method.name") == Some(json!("no/such")))
+        .expect("the unknown method's span");
+    assert_eq!(rpc_error["name"], "other", "a client cannot mint span names");
+    assert_eq!(attr(rpc_error, "rpc.response.status_code"), Some(json!("-32601")));
+    assert_eq!(attr(rpc_error, "error.type"), Some(json!("-32601")));
 
     let upstream_span = spans.iter().find(|s| s["kind"] == 3).unwrap();
     assert_eq!(upstream_span["name"], "PATCH");
@@ -210,5 +303,39 @@ async fn a_call_yields_linked_server_and_client_spans_in_a_real_collector() {
             .iter()
             .any(|s| attr(s, "mcp.method.name") == Some(json!("initialize"))),
         "{spans:?}"
+    );
+
+    // The histograms, exported over OTLP on the way out.
+    let points = |metric: &str| -> Vec<Value> {
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .flat_map(|v| v["resourceMetrics"].as_array().cloned().unwrap_or_default())
+            .flat_map(|rm| rm["scopeMetrics"].as_array().cloned().unwrap_or_default())
+            .flat_map(|sm| sm["metrics"].as_array().cloned().unwrap_or_default())
+            .filter(|m| m["name"] == metric)
+            .inspect(|m| assert_eq!(m["unit"], "s", "{m}"))
+            .flat_map(|m| m["histogram"]["dataPoints"].as_array().cloned().unwrap_or_default())
+            .collect()
+    };
+    let operations = points("mcp.server.operation.duration");
+    let echo = operations
+        .iter()
+        .find(|p| attr(p, "gen_ai.tool.name") == Some(json!("echo")))
+        .unwrap_or_else(|| panic!("no echo point: {operations:?}"));
+    assert_eq!(attr(echo, "mcp.method.name"), Some(json!("tools/call")));
+    assert_eq!(attr(echo, "gen_ai.operation.name"), Some(json!("execute_tool")));
+    assert_eq!(attr(echo, "network.transport"), Some(json!("tcp")));
+    assert_eq!(attr(echo, "mcp.protocol.version"), Some(json!("2025-06-18")));
+    assert_eq!(echo["count"], "1");
+    assert!(operations
+        .iter()
+        .any(|p| attr(p, "gen_ai.tool.name") == Some(json!("get_customer"))
+            && attr(p, "error.type") == Some(json!("tool_error"))));
+    let sessions = points("mcp.server.session.duration");
+    assert!(
+        sessions
+            .iter()
+            .any(|p| attr(p, "mcp.protocol.version") == Some(json!("2025-06-18")) && p["count"] == "1"),
+        "{sessions:?}"
     );
 }

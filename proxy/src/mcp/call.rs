@@ -548,18 +548,22 @@ fn upstream_span(
     start: u64,
 ) {
     let method = tool.config.http.method.as_str();
+    use otel::KeyValue;
     let mut attributes = vec![
-        ("http.request.method", json!(method)),
-        ("url.template", json!(tool.config.http.path)),
-        ("gen_ai.tool.name", json!(tool.config.name)),
+        KeyValue::new("http.request.method", method.to_string()),
+        KeyValue::new("url.template", tool.config.http.path.clone()),
+        KeyValue::new("gen_ai.tool.name", tool.config.name.clone()),
     ];
     let error = match result {
         Ok(resp) => {
-            attributes.push(("http.response.status_code", json!(resp.status)));
+            attributes.push(KeyValue::new("http.response.status_code", i64::from(resp.status)));
+            if resp.status >= 500 {
+                attributes.push(KeyValue::new("error.type", resp.status.to_string()));
+            }
             (resp.status >= 500).then(|| format!("HTTP {}", resp.status))
         }
         Err(e) => {
-            attributes.push(("error.type", json!(e.kind())));
+            attributes.push(KeyValue::new("error.type", e.kind()));
             Some(e.kind().to_string())
         }
     };
@@ -567,6 +571,7 @@ fn upstream_span(
         trace_id: trace.trace_id,
         span_id: trace.upstream_span_id,
         parent: Some(trace.span_id),
+        trace_state: None,
         name: method.to_string(),
         kind: otel::Kind::Client,
         start,

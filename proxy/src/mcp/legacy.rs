@@ -244,6 +244,7 @@ pub(crate) async fn delete(
             return not_found();
         }
         shared.revoked.insert(&session, rt.config.server.max_sessions);
+        session::ended(&session, None);
         return empty(StatusCode::NO_CONTENT);
     };
     if store.is_revoked(&session.subject, &session.handle).await == Ok(true) {
@@ -255,7 +256,10 @@ pub(crate) async fn delete(
         .revoke(&session.subject, &session.handle, remaining + REVOCATION_MARGIN)
         .await
     {
-        Ok(()) => empty(StatusCode::NO_CONTENT),
+        Ok(()) => {
+            session::ended(&session, None);
+            empty(StatusCode::NO_CONTENT)
+        }
         // Not ended everywhere: say so, rather than a 204 other replicas would contradict.
         Err(e) => {
             tracing::warn!(error = ?e, "DELETE could not record the revocation in the shared store");

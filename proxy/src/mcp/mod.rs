@@ -258,8 +258,12 @@ fn empty(status: StatusCode) -> Response<Body> {
 /// Result of a JSON-RPC request handler.
 pub(crate) enum Reply {
     Result(Value),
-    /// A result already serialized as JSON text.
-    RawResult(String),
+    /// A result already serialized as JSON text; `tool_error` when it is a tool result with
+    /// `isError: true`.
+    RawResult {
+        json: String,
+        tool_error: bool,
+    },
     /// A complete HTTP response (rate limiting).
     Http(Response<Body>),
     Error {
@@ -283,7 +287,10 @@ impl Reply {
             Reply::Result(result) => {
                 json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}))
             }
-            Reply::RawResult(result) => {
+            Reply::RawResult {
+                json: result,
+                tool_error,
+            } => {
                 let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
                 let mut body = String::with_capacity(result.len() + id.len() + 32);
                 body.push_str(r#"{"jsonrpc":"2.0","id":"#);
@@ -294,6 +301,9 @@ impl Reply {
                 let mut resp = Response::new(Body::new(Bytes::from(body)));
                 resp.headers_mut()
                     .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                if tool_error {
+                    resp.extensions_mut().insert(ToolError);
+                }
                 resp
             }
             Reply::Error { code, message, data } => rpc_error(StatusCode::OK, Some(id), code, message, data),
@@ -310,28 +320,56 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
             method: "unknown",
             method_name: None,
             trace: TraceContext::from_header(header_str(req.headers(), "traceparent")),
+            trace_state: None,
             rpc_id: None,
             tool: None,
             session: header_str(req.headers(), SESSION_HEADER).map(|s| s.chars().take(128).collect()),
             version: None,
+            http_version: match req.version() {
+                http::Version::HTTP_10 => "1.0",
+                http::Version::HTTP_2 => "2",
+                _ => "1.1",
+            },
+            client: peer,
         },
         done: false,
     };
+    if otel::enabled() {
+        record.info.trace_state = header_str(req.headers(), "tracestate").map(|s| s.chars().take(512).collect());
+    }
     let resp = serve(shared, req, peer, &mut record.info).await;
-    record.finish(resp.status(), resp.extensions().get::<RpcCode>().map(|c| c.0));
+    let tool_error = resp.extensions().get::<ToolError>().is_some();
+    record.finish(
+        resp.status(),
+        resp.extensions().get::<RpcCode>().map(|c| c.0),
+        tool_error,
+    );
     resp
 }
 
-/// Counts the request and ends its span exactly once: when the response is ready, or (the
-/// client went away and the handler was dropped) on drop, as `client_gone`.
+/// Marks a tools/call response whose result has `isError: true`.
+#[derive(Clone, Copy)]
+struct ToolError;
+
+/// Counts the request, records its duration and ends its span exactly once: when the response
+/// is ready, or (the client went away and the handler was dropped) on drop, as `client_gone`.
 struct RequestRecord {
     start: u64,
     info: RequestInfo,
     done: bool,
 }
 
+/// How a request ended, in the MCP conventions' terms.
+struct Ending {
+    status: Option<StatusCode>,
+    rpc_code: Option<i64>,
+    /// `error.type`: the JSON-RPC code, the HTTP status of a refusal, `tool_error` or
+    /// `client_gone`; `None` when the operation succeeded.
+    error: Option<(String, String)>,
+}
+
 impl RequestRecord {
-    fn finish(&mut self, status: StatusCode, rpc_code: Option<i64>) {
+    fn finish(&mut self, status: StatusCode, rpc_code: Option<i64>, tool_error: bool) {
         self.done = true;
         // Refusals are labelled by their HTTP status; JSON-RPC errors in a 200 by their code.
         let code = match rpc_code {
@@ -343,13 +381,26 @@ impl RequestRecord {
             .requests
             .with_label_values(&[self.info.method, code])
             .inc();
+        let error = match rpc_code {
+            Some(c) => Some((c.to_string(), format!("JSON-RPC error {c}"))),
+            None if !status.is_success() => Some((status.as_u16().to_string(), format!("HTTP {status}"))),
+            None if tool_error => Some((
+                "tool_error".to_string(),
+                "the tool result has isError: true".to_string(),
+            )),
+            None => None,
+        };
+        self.end(Ending {
+            status: Some(status),
+            rpc_code,
+            error,
+        });
+    }
+
+    fn end(&self, ending: Ending) {
+        operation_metrics(&self.info, self.start, &ending);
         if otel::enabled() && self.info.trace.sampled() {
-            let error = match rpc_code {
-                Some(c) => Some((c.to_string(), format!("JSON-RPC error {c}"))),
-                None if !status.is_success() => Some((status.as_u16().to_string(), format!("HTTP {status}"))),
-                None => None,
-            };
-            server_span(&self.info, self.start, Some(status), rpc_code, error);
+            server_span(&self.info, self.start, ending);
         }
     }
 }
@@ -363,13 +414,14 @@ impl Drop for RequestRecord {
             .requests
             .with_label_values(&[self.info.method, "client_gone"])
             .inc();
-        if otel::enabled() && self.info.trace.sampled() {
-            let error = Some((
+        self.end(Ending {
+            status: None,
+            rpc_code: None,
+            error: Some((
                 "client_gone".to_string(),
                 "the client went away before the response".to_string(),
-            ));
-            server_span(&self.info, self.start, None, None, error);
-        }
+            )),
+        });
     }
 }
 
@@ -380,56 +432,109 @@ pub(crate) struct RequestInfo {
     /// The method as sent (for the span attribute), when it is a string.
     method_name: Option<String>,
     trace: TraceContext,
+    /// The client's `tracestate` (only while spans are exported).
+    trace_state: Option<String>,
     rpc_id: Option<String>,
     tool: Option<String>,
     session: Option<String>,
     /// The protocol version the request was served under, once known.
     pub(crate) version: Option<&'static str>,
+    /// `network.protocol.version`.
+    http_version: &'static str,
+    /// The TCP peer (`client.address`, `client.port`).
+    client: SocketAddr,
 }
 
-/// The request's span, following the OpenTelemetry MCP conventions where they exist.
-fn server_span(
-    info: &RequestInfo,
-    start: u64,
-    status: Option<StatusCode>,
-    rpc_code: Option<i64>,
-    error: Option<(String, String)>,
-) {
+/// `mcp.server.operation.duration`, on `/metrics` and (when exported) over OTLP. A request
+/// that never named a method (unparseable, refused before its body was read) is no MCP
+/// operation and is not recorded here; `toolgate_mcp_requests_total` counts it.
+fn operation_metrics(info: &RequestInfo, start: u64, ending: &Ending) {
+    if info.method == "unknown" {
+        return;
+    }
+    let seconds = otel::now_nanos().saturating_sub(start) as f64 / 1e9;
+    let tool = info.tool.as_deref().filter(|_| info.method == "tools/call");
+    let error = ending.error.as_ref().map(|(kind, _)| kind.as_str());
+    let rpc_code = ending.rpc_code.map(metrics::rpc_code_label);
+    metrics::METRICS
+        .mcp_operation_duration
+        .with_label_values(&[
+            info.method,
+            tool.unwrap_or(""),
+            if tool.is_some() { "execute_tool" } else { "" },
+            error.unwrap_or(""),
+            rpc_code.unwrap_or(""),
+            info.version.unwrap_or(""),
+        ])
+        .observe(seconds);
+    if otel::metrics_enabled() {
+        let mut attributes = vec![
+            otel::KeyValue::new("mcp.method.name", info.method),
+            otel::KeyValue::new("network.transport", "tcp"),
+            otel::KeyValue::new("network.protocol.name", "http"),
+            otel::KeyValue::new("network.protocol.version", info.http_version),
+        ];
+        if let Some(tool) = tool {
+            attributes.push(otel::KeyValue::new("gen_ai.tool.name", tool.to_string()));
+            attributes.push(otel::KeyValue::new("gen_ai.operation.name", "execute_tool"));
+        }
+        if let Some(e) = error {
+            attributes.push(otel::KeyValue::new("error.type", e.to_string()));
+        }
+        if let Some(c) = rpc_code {
+            attributes.push(otel::KeyValue::new("rpc.response.status_code", c));
+        }
+        if let Some(v) = info.version {
+            attributes.push(otel::KeyValue::new("mcp.protocol.version", v));
+        }
+        otel::operation_duration(seconds, &attributes);
+    }
+}
+
+/// The request's span, following OpenTelemetry's MCP conventions: named
+/// `{mcp.method.name} {gen_ai.tool.name}` (the method as the bounded metric label, so a
+/// client cannot mint span names), with their required and recommended attributes.
+fn server_span(info: &RequestInfo, start: u64, ending: Ending) {
+    use otel::KeyValue;
     let method = info.method_name.as_deref().unwrap_or(info.method);
     let mut attributes = vec![
-        ("mcp.method.name", json!(method)),
-        ("network.protocol.name", json!("http")),
+        KeyValue::new("mcp.method.name", method.to_string()),
+        KeyValue::new("network.transport", "tcp"),
+        KeyValue::new("network.protocol.name", "http"),
+        KeyValue::new("network.protocol.version", info.http_version),
+        KeyValue::new("client.address", info.client.ip().to_string()),
+        KeyValue::new("client.port", i64::from(info.client.port())),
     ];
-    if let Some(status) = status {
-        attributes.push(("http.response.status_code", json!(status.as_u16())));
+    if let Some(status) = ending.status {
+        attributes.push(KeyValue::new("http.response.status_code", i64::from(status.as_u16())));
     }
-    // The span name stays bounded: the metric's method label, and a tool of the config only.
     let mut name = info.method.to_string();
     if let Some(tool) = &info.tool {
-        attributes.push(("gen_ai.tool.name", json!(tool)));
-        attributes.push(("gen_ai.operation.name", json!("execute_tool")));
+        attributes.push(KeyValue::new("gen_ai.tool.name", tool.clone()));
+        attributes.push(KeyValue::new("gen_ai.operation.name", "execute_tool"));
         name = format!("{name} {tool}");
     }
     if let Some(id) = &info.rpc_id {
-        attributes.push(("jsonrpc.request.id", json!(id)));
+        attributes.push(KeyValue::new("jsonrpc.request.id", id.clone()));
     }
     if let Some(sid) = &info.session {
-        attributes.push(("mcp.session.id", json!(sid)));
+        attributes.push(KeyValue::new("mcp.session.id", sid.clone()));
     }
     if let Some(v) = info.version {
-        attributes.push(("mcp.protocol.version", json!(v)));
+        attributes.push(KeyValue::new("mcp.protocol.version", v));
     }
-    if let Some(c) = rpc_code {
-        attributes.push(("rpc.jsonrpc.error_code", json!(c)));
+    if let Some(c) = ending.rpc_code {
+        attributes.push(KeyValue::new("rpc.response.status_code", c.to_string()));
     }
-    let error = error.map(|(kind, message)| {
-        attributes.push(("error.type", json!(kind)));
+    let error = ending.error.map(|(kind, message)| {
+        attributes.push(KeyValue::new("error.type", kind));
         message
     });
     otel::record(otel::Span {
         trace_id: info.trace.trace_id,
         span_id: info.trace.span_id,
         parent: info.trace.parent_id,
+        trace_state: info.trace_state.clone(),
         name,
         kind: otel::Kind::Server,
         start,
@@ -769,18 +874,20 @@ async fn post(
     let id = msg.get("id");
     let params = msg.get("params");
     if otel::enabled() {
-        info.rpc_id = id.map(|i| match i {
+        // Not for a null id (the conventions leave it out then).
+        info.rpc_id = id.filter(|i| !i.is_null()).map(|i| match i {
             Value::String(s) => s.chars().take(128).collect(),
             other => other.to_string(),
         });
-        if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
-            // Only a tool of the config names a span; anything else a client sends does not.
-            info.tool = params
-                .and_then(|p| p.get("name"))
-                .and_then(Value::as_str)
-                .filter(|n| rt.tool_index(n).is_some())
-                .map(str::to_string);
-        }
+    }
+    if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+        // Only a tool of the config names a span or a metric series; anything else a client
+        // sends does not.
+        info.tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .filter(|n| rt.tool_index(n).is_some())
+            .map(str::to_string);
     }
     // From here on a tools/call leaves exactly one audit record, whatever happens.
     let mut audit = (msg.get("method").and_then(Value::as_str) == Some("tools/call"))
@@ -851,8 +958,11 @@ async fn post(
     let modern = if modern::is_modern(headers, &msg) {
         match modern::validate(headers, &msg) {
             Ok(m) => {
-                if let Some((t, _)) = &m.trace {
+                if let Some((t, state)) = &m.trace {
                     info.trace = *t;
+                    if otel::enabled() {
+                        info.trace_state = state.clone();
+                    }
                 }
                 info.session = None;
                 Some(m)
@@ -997,7 +1107,10 @@ pub(crate) fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Opti
 fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let env = outcome.envelope_json(&tool.config.name, tool.safety.as_str(), ms);
-    Reply::RawResult(envelope::call_result_json(&env, outcome.is_error()))
+    Reply::RawResult {
+        json: envelope::call_result_json(&env, outcome.is_error()),
+        tool_error: outcome.is_error(),
+    }
 }
 
 /// The question an agent can put to its user when arguments are wrong: it names the fields

@@ -394,7 +394,7 @@ pub(crate) async fn serve(
     };
     match &mut reply {
         Reply::Result(v) => complete(v, rt),
-        Reply::RawResult(raw) => *raw = complete_raw(raw, rt),
+        Reply::RawResult { json, .. } => *json = complete_raw(json, rt),
         Reply::Http(_) | Reply::Error { .. } => {}
     }
     reply.into_response(id)

@@ -34,6 +34,8 @@ pub struct Session {
     pub rank: usize,
     /// Sealed sessions: when the id stops opening (Unix seconds).
     pub expires: Option<u64>,
+    /// When the session was opened (Unix milliseconds; a sealed id has its `issued` second).
+    pub started_ms: u64,
     anonymous: bool,
     last_seen_ms: AtomicU64,
 }
@@ -54,6 +56,36 @@ impl Session {
 /// Unix time in seconds.
 pub fn unix_now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Records the end of `session` in `mcp.server.session.duration`: ended by `DELETE` or by
+/// idling past the TTL (no error), or pushed out of a full table (`error.type=evicted`). A
+/// sealed session that is never deleted just stops opening: no replica sees it end, so it is
+/// not recorded.
+pub fn ended(session: &Session, error: Option<&'static str>) {
+    let seconds = unix_now_ms().saturating_sub(session.started_ms) as f64 / 1e3;
+    crate::metrics::METRICS
+        .mcp_session_duration
+        .with_label_values(&[session.version, error.unwrap_or("")])
+        .observe(seconds);
+    if crate::otel::metrics_enabled() {
+        use crate::otel::KeyValue;
+        let mut attributes = vec![
+            KeyValue::new("mcp.protocol.version", session.version),
+            KeyValue::new("network.transport", "tcp"),
+            KeyValue::new("network.protocol.name", "http"),
+        ];
+        if let Some(e) = error {
+            attributes.push(KeyValue::new("error.type", e));
+        }
+        crate::otel::session_duration(seconds, &attributes);
+    }
 }
 
 /// A new sealed session's id and state.
@@ -108,6 +140,7 @@ fn from_claims(id: String, c: Claims, version: &'static str) -> Arc<Session> {
         subject: c.subject,
         rank: c.rank,
         expires: Some(c.expires),
+        started_ms: c.issued.saturating_mul(1000),
         last_seen_ms: AtomicU64::new(0),
     })
 }
@@ -162,6 +195,7 @@ impl Sessions {
             subject: subject_digest(subject),
             rank,
             expires: None,
+            started_ms: unix_now_ms(),
             anonymous: subject == "anonymous",
             last_seen_ms: AtomicU64::new(now),
         });
@@ -178,13 +212,14 @@ impl Sessions {
             if own.len() >= cap {
                 own.sort_unstable();
                 for (_, k) in own.iter().take(own.len() + 1 - cap) {
-                    map.remove(k);
+                    if let Some(s) = map.remove(k) {
+                        ended(&s, Some("evicted"));
+                    }
                 }
             }
         }
         if map.len() >= max {
-            let ttl_ms = ttl.as_millis() as u64;
-            map.retain(|_, s| now.saturating_sub(s.last_seen_ms.load(Ordering::Relaxed)) <= ttl_ms);
+            retain_live(&mut map, now, ttl);
             while map.len() >= max {
                 let Some(oldest) = map
                     .iter()
@@ -193,7 +228,9 @@ impl Sessions {
                 else {
                     break;
                 };
-                map.remove(&oldest);
+                if let Some(s) = map.remove(&oldest) {
+                    ended(&s, Some("evicted"));
+                }
             }
         }
         map.insert(id, session.clone());
@@ -214,17 +251,17 @@ impl Sessions {
 
     /// Ends session `id`; whether it existed.
     pub fn remove(&self, id: &str) -> bool {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(id).is_some()
+        let removed = self.map.write().unwrap_or_else(|e| e.into_inner()).remove(id);
+        if let Some(s) = &removed {
+            ended(s, None);
+        }
+        removed.is_some()
     }
 
     /// Drops every session idle longer than `ttl`.
     pub fn sweep(&self, ttl: Duration) {
         let now = self.now_ms();
-        let ttl_ms = ttl.as_millis() as u64;
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, s| now.saturating_sub(s.last_seen_ms.load(Ordering::Relaxed)) <= ttl_ms);
+        retain_live(&mut self.map.write().unwrap_or_else(|e| e.into_inner()), now, ttl);
     }
 
     /// Live sessions.
@@ -236,6 +273,18 @@ impl Sessions {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Keeps the sessions seen within `ttl` of `now` (table milliseconds); the others end.
+fn retain_live(map: &mut HashMap<Arc<str>, Arc<Session>>, now: u64, ttl: Duration) {
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    map.retain(|_, s| {
+        let live = now.saturating_sub(s.last_seen_ms.load(Ordering::Relaxed)) <= ttl_ms;
+        if !live {
+            ended(s, None);
+        }
+        live
+    });
 }
 
 /// Sealed sessions ended by `DELETE` on this replica, until they expire (the shared store
