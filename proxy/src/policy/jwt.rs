@@ -1,10 +1,24 @@
-//! OAuth 2.1 resource server: JWT access tokens verified against an issuer's JWKS with `ring`.
-//! `alg: none` and algorithms outside the allowlist are refused before any key is looked up, and
-//! so are tokens with `crit` header parameters (none is understood, RFC 7515 §4.1.11) or a `typ`
-//! outside the accepted token types (RFC 9068 access tokens are `at+jwt`).
+//! OAuth 2.1 resource server: JWT access tokens, parsed and verified with `jsonwebtoken` (JWS
+//! compact serialization, JWK to key, algorithm/key matching, signature, `iss` and `aud`),
+//! with `ring` as its crypto provider (the workspace's one crypto stack; the crate is built
+//! without its own).
+//!
+//! Checks jsonwebtoken does not make, or makes more loosely, stay here and run first, so a
+//! token is refused before any key is looked up: `alg: none` and algorithms outside the
+//! allowlist; any `crit` header parameter (none is understood, RFC 7515 §4.1.11, where
+//! jsonwebtoken accepts `b64`); a `typ` outside the accepted token types (RFC 9068 access tokens
+//! are `at+jwt`). After the signature: NumericDates must be whole seconds up to year 9999,
+//! `exp` is required and checked with the leeway against the caller's clock, and `sub` must be
+//! non-empty.
+
+use std::sync::Once;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use jsonwebtoken::crypto::{CryptoProvider, JwtSigner, JwtVerifier, KeyUtils};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, ThumbprintHash};
+use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey, DecodingKeyKind, EncodingKey, Validation};
 use ring::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey};
 use serde_json::Value;
 
@@ -33,63 +47,151 @@ pub struct Jwk {
     pub kid: Option<String>,
     /// `alg`, if pinned by the JWKS.
     pub alg: Option<String>,
-    key: KeyMaterial,
+    /// The curve of an EC key (ES256 needs P-256, ES384 P-384).
+    curve: Option<EllipticCurve>,
+    key: DecodingKey,
 }
 
-#[derive(Debug, Clone)]
-enum KeyMaterial {
-    Rsa { n: Vec<u8>, e: Vec<u8> },
-    Ec { curve: &'static str, point: Vec<u8> },
-    Ed25519(Vec<u8>),
+/// Verification on `ring` for jsonwebtoken. The proxy only verifies: signing is refused.
+static RING: CryptoProvider = CryptoProvider {
+    signer_factory: no_signer,
+    verifier_factory: ring_verifier,
+    key_utils: KeyUtils {
+        rsa_pub_components_from_private_key: |_| Err(ErrorKind::Provider("private keys are not used".into()).into()),
+        rsa_pub_components_from_public_key: |_| Err(ErrorKind::Provider("PEM keys are not used".into()).into()),
+        ec_pub_components_from_private_key: |_, _| Err(ErrorKind::Provider("private keys are not used".into()).into()),
+        ed_pub_components_from_private_key: |_, _| Err(ErrorKind::Provider("private keys are not used".into()).into()),
+        compute_digest: digest,
+    },
+};
+
+fn install_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // Only this crate installs one (jsonwebtoken is built without a provider of its own).
+        let _ = RING.install_default();
+    });
 }
 
-fn b64(v: Option<&Value>, what: &str) -> Result<Vec<u8>, String> {
-    let s = v
-        .and_then(Value::as_str)
-        .ok_or_else(|| format!("`{what}` is missing"))?;
-    URL_SAFE_NO_PAD
-        .decode(s.trim_end_matches('='))
-        .map_err(|_| format!("`{what}` is not base64url"))
+fn no_signer(_: &Algorithm, _: &EncodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtSigner>> {
+    Err(ErrorKind::Provider("the proxy does not sign tokens".into()).into())
 }
 
-/// Parses a JWKS document; keys that cannot verify signatures (`use: enc`, unknown `kty`) are skipped.
+fn digest(data: &[u8], hash: ThumbprintHash) -> jsonwebtoken::errors::Result<Vec<u8>> {
+    let alg = match hash {
+        ThumbprintHash::SHA256 => &ring::digest::SHA256,
+        ThumbprintHash::SHA384 => &ring::digest::SHA384,
+        _ => &ring::digest::SHA512,
+    };
+    Ok(ring::digest::digest(alg, data).as_ref().to_vec())
+}
+
+/// One algorithm and one public key, verified with `ring`.
+struct RingVerifier {
+    alg: Algorithm,
+    key: DecodingKeyKind,
+}
+
+fn ring_verifier(alg: &Algorithm, key: &DecodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtVerifier>> {
+    let fits = matches!(
+        (alg.family(), key.family()),
+        (AlgorithmFamily::Rsa, AlgorithmFamily::Rsa)
+            | (AlgorithmFamily::Ec, AlgorithmFamily::Ec)
+            | (AlgorithmFamily::Ed, AlgorithmFamily::Ed)
+    );
+    if !fits {
+        return Err(ErrorKind::InvalidAlgorithm.into());
+    }
+    Ok(Box::new(RingVerifier {
+        alg: *alg,
+        key: key.kind().clone(),
+    }))
+}
+
+impl ::signature::Verifier<Vec<u8>> for RingVerifier {
+    fn verify(&self, msg: &[u8], sig: &Vec<u8>) -> Result<(), ::signature::Error> {
+        let ok = match (&self.key, self.alg) {
+            (DecodingKeyKind::RsaModulusExponent { n, e }, alg) => {
+                let params = match alg {
+                    Algorithm::RS256 => &signature::RSA_PKCS1_2048_8192_SHA256,
+                    Algorithm::RS384 => &signature::RSA_PKCS1_2048_8192_SHA384,
+                    Algorithm::RS512 => &signature::RSA_PKCS1_2048_8192_SHA512,
+                    Algorithm::PS256 => &signature::RSA_PSS_2048_8192_SHA256,
+                    Algorithm::PS384 => &signature::RSA_PSS_2048_8192_SHA384,
+                    Algorithm::PS512 => &signature::RSA_PSS_2048_8192_SHA512,
+                    _ => return Err(::signature::Error::new()),
+                };
+                RsaPublicKeyComponents { n, e }.verify(params, msg, sig).is_ok()
+            }
+            (DecodingKeyKind::SecretOrDer(point), Algorithm::ES256) => {
+                UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, point)
+                    .verify(msg, sig)
+                    .is_ok()
+            }
+            (DecodingKeyKind::SecretOrDer(point), Algorithm::ES384) => {
+                UnparsedPublicKey::new(&signature::ECDSA_P384_SHA384_FIXED, point)
+                    .verify(msg, sig)
+                    .is_ok()
+            }
+            (DecodingKeyKind::SecretOrDer(x), Algorithm::EdDSA) => {
+                UnparsedPublicKey::new(&signature::ED25519, x).verify(msg, sig).is_ok()
+            }
+            _ => false,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(::signature::Error::new())
+        }
+    }
+}
+
+impl JwtVerifier for RingVerifier {
+    fn algorithm(&self) -> Algorithm {
+        self.alg
+    }
+}
+
+/// Parses a JWKS document with jsonwebtoken's JWK model. Keys that cannot verify signatures
+/// here are skipped: `use` other than `sig`, symmetric (`oct`) and unknown key types, curves
+/// other than P-256, P-384 and Ed25519. A key of a supported type that does not parse is an
+/// error, and so is a JWKS with no usable key.
 pub fn parse_jwks(text: &str) -> Result<Vec<Jwk>, String> {
+    install_provider();
     let doc: Value = serde_json::from_str(text).map_err(|e| format!("JWKS is not JSON: {e}"))?;
     let keys = doc
         .get("keys")
         .and_then(Value::as_array)
         .ok_or("JWKS has no `keys` array")?;
     let mut out = Vec::new();
-    for k in keys {
+    for (i, k) in keys.iter().enumerate() {
         if k.get("use").and_then(Value::as_str).is_some_and(|u| u != "sig") {
             continue;
         }
-        let key = match k.get("kty").and_then(Value::as_str) {
-            Some("RSA") => KeyMaterial::Rsa {
-                n: b64(k.get("n"), "n")?,
-                e: b64(k.get("e"), "e")?,
-            },
-            Some("EC") => {
-                let curve = match k.get("crv").and_then(Value::as_str) {
-                    Some("P-256") => "P-256",
-                    Some("P-384") => "P-384",
-                    _ => continue,
-                };
-                let (x, y) = (b64(k.get("x"), "x")?, b64(k.get("y"), "y")?);
-                let mut point = Vec::with_capacity(1 + x.len() + y.len());
-                point.push(4);
-                point.extend(x);
-                point.extend(y);
-                KeyMaterial::Ec { curve, point }
-            }
-            Some("OKP") if k.get("crv").and_then(Value::as_str) == Some("Ed25519") => {
-                KeyMaterial::Ed25519(b64(k.get("x"), "x")?)
-            }
-            _ => continue,
+        let kty = k.get("kty").and_then(Value::as_str);
+        let crv = k.get("crv").and_then(Value::as_str);
+        let supported = match kty {
+            Some("RSA") => true,
+            Some("EC") => matches!(crv, Some("P-256" | "P-384")),
+            Some("OKP") => crv == Some("Ed25519"),
+            _ => false,
         };
+        if !supported {
+            continue;
+        }
+        let bad = |why: String| format!("JWKS key {i} ({}) is malformed: {why}", kty.unwrap_or_default());
+        let jwk: jsonwebtoken::jwk::Jwk = serde_json::from_value(k.clone()).map_err(|e| bad(e.to_string()))?;
+        let curve = match &jwk.algorithm {
+            AlgorithmParameters::RSA(_) => None,
+            AlgorithmParameters::EllipticCurve(p) => Some(p.curve.clone()),
+            AlgorithmParameters::OctetKeyPair(p) => Some(p.curve.clone()),
+            _ => return Err(bad("a member is missing or of the wrong type".into())),
+        };
+        let key = DecodingKey::from_jwk(&jwk).map_err(|e| bad(e.to_string()))?;
         out.push(Jwk {
-            kid: k.get("kid").and_then(Value::as_str).map(str::to_string),
+            kid: jwk.common.key_id,
             alg: k.get("alg").and_then(Value::as_str).map(str::to_string),
+            curve,
             key,
         });
     }
@@ -99,39 +201,13 @@ pub fn parse_jwks(text: &str) -> Result<Vec<Jwk>, String> {
     Ok(out)
 }
 
-fn key_fits(alg: &str, key: &KeyMaterial) -> bool {
-    match key {
-        KeyMaterial::Rsa { .. } => alg.starts_with("RS") || alg.starts_with("PS"),
-        KeyMaterial::Ec { curve: "P-256", .. } => alg == "ES256",
-        KeyMaterial::Ec { curve: "P-384", .. } => alg == "ES384",
-        KeyMaterial::Ec { .. } => false,
-        KeyMaterial::Ed25519(_) => alg == "EdDSA",
-    }
-}
-
-fn verify(alg: &str, key: &KeyMaterial, msg: &[u8], sig: &[u8]) -> bool {
-    match key {
-        KeyMaterial::Rsa { n, e } => {
-            let params = match alg {
-                "RS256" => &signature::RSA_PKCS1_2048_8192_SHA256,
-                "RS384" => &signature::RSA_PKCS1_2048_8192_SHA384,
-                "RS512" => &signature::RSA_PKCS1_2048_8192_SHA512,
-                "PS256" => &signature::RSA_PSS_2048_8192_SHA256,
-                "PS384" => &signature::RSA_PSS_2048_8192_SHA384,
-                "PS512" => &signature::RSA_PSS_2048_8192_SHA512,
-                _ => return false,
-            };
-            RsaPublicKeyComponents { n, e }.verify(params, msg, sig).is_ok()
-        }
-        KeyMaterial::Ec { point, .. } => {
-            let params = match alg {
-                "ES256" => &signature::ECDSA_P256_SHA256_FIXED,
-                "ES384" => &signature::ECDSA_P384_SHA384_FIXED,
-                _ => return false,
-            };
-            UnparsedPublicKey::new(params, point).verify(msg, sig).is_ok()
-        }
-        KeyMaterial::Ed25519(x) => UnparsedPublicKey::new(&signature::ED25519, x).verify(msg, sig).is_ok(),
+fn key_fits(alg: Algorithm, key: &Jwk) -> bool {
+    match (alg, key.key.family()) {
+        (Algorithm::ES256, AlgorithmFamily::Ec) => key.curve == Some(EllipticCurve::P256),
+        (Algorithm::ES384, AlgorithmFamily::Ec) => key.curve == Some(EllipticCurve::P384),
+        (Algorithm::EdDSA, AlgorithmFamily::Ed) => key.curve == Some(EllipticCurve::Ed25519),
+        (a, AlgorithmFamily::Rsa) => a.family() == AlgorithmFamily::Rsa,
+        _ => false,
     }
 }
 
@@ -194,11 +270,32 @@ fn numeric_date(claims: &serde_json::Map<String, Value>, name: &str) -> Result<O
     }
 }
 
-/// The header of a token (to pick the key), without verifying anything.
+/// The `kid` of a token's header (to pick the key), without verifying anything.
 pub fn peek_kid(token: &str) -> Option<String> {
-    let header = token.split('.').next()?;
-    let v: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).ok()?).ok()?;
-    v.get("kid").and_then(Value::as_str).map(str::to_string)
+    jsonwebtoken::decode_header(token).ok()?.kid
+}
+
+/// jsonwebtoken's refusal as one of the stable reasons.
+fn refusal(kind: &ErrorKind) -> TokenError {
+    match kind {
+        ErrorKind::InvalidSignature => err("signature", "the signature does not verify"),
+        ErrorKind::InvalidIssuer => err("issuer", "the token was issued by another issuer"),
+        ErrorKind::MissingRequiredClaim(c) if c == "iss" => err("issuer", "the token has no `iss`"),
+        ErrorKind::InvalidAudience => err("audience", "the token is not meant for this resource"),
+        ErrorKind::MissingRequiredClaim(c) if c == "aud" => err("audience", "the token has no `aud`"),
+        ErrorKind::InvalidClaimFormat(c) if c == "aud" => {
+            err("audience", "the token's `aud` is not a string or a list")
+        }
+        ErrorKind::MissingRequiredClaim(c) | ErrorKind::InvalidClaimFormat(c) => {
+            err("claims", format!("the token's `{c}` is missing or malformed"))
+        }
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm | ErrorKind::InvalidAlgorithmName => {
+            err("algorithm", "the token's algorithm does not fit the key")
+        }
+        ErrorKind::ExpiredSignature => err("expired", "the token has expired"),
+        ErrorKind::ImmatureSignature => err("not_yet_valid", "the token is not valid yet"),
+        _ => err("malformed", "the token is not a well-formed signed JWT"),
+    }
 }
 
 /// Verifies `token` with `keys` and returns its claims.
@@ -207,10 +304,13 @@ pub fn verify_token(
     keys: &[Jwk],
     want: &Expectations<'_>,
 ) -> Result<serde_json::Map<String, Value>, TokenError> {
+    install_provider();
     let mut parts = token.split('.');
-    let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let (Some(h), Some(_), Some(_), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(err("malformed", "the token is not a JWS compact serialization"));
     };
+    // The header is read here first: jsonwebtoken's header model would refuse an unknown `alg`
+    // or a `crit` without saying which, and does not know `typ` rules.
     let header: Value = URL_SAFE_NO_PAD
         .decode(h)
         .ok()
@@ -219,10 +319,11 @@ pub fn verify_token(
     let Value::Object(header) = header else {
         return Err(err("malformed", "the token header is not a JSON object"));
     };
-    let alg = header.get("alg").and_then(Value::as_str).unwrap_or("none");
-    if alg.eq_ignore_ascii_case("none") || !want.algorithms.iter().any(|a| a == alg) {
-        return Err(err("algorithm", format!("algorithm `{alg}` is not accepted")));
-    }
+    let alg_name = header.get("alg").and_then(Value::as_str).unwrap_or("none");
+    let alg = (!alg_name.eq_ignore_ascii_case("none") && want.algorithms.iter().any(|a| a == alg_name))
+        .then(|| alg_name.parse::<Algorithm>().ok())
+        .flatten()
+        .ok_or_else(|| err("algorithm", format!("algorithm `{alg_name}` is not accepted")))?;
     // RFC 7515 §4.1.11: every extension named in `crit` must be understood, and none is; an
     // empty list is forbidden to producers, and anything but a list of names is malformed.
     if header.contains_key("crit") {
@@ -242,9 +343,6 @@ pub fn verify_token(
             "the token's `typ` is not an accepted access token type",
         ));
     }
-    let sig = URL_SAFE_NO_PAD
-        .decode(s)
-        .map_err(|_| err("malformed", "the signature is not base64url"))?;
     let kid = match header.get("kid") {
         None => None,
         Some(Value::String(k)) => Some(k.as_str()),
@@ -252,8 +350,8 @@ pub fn verify_token(
     };
     let candidates: Vec<&Jwk> = keys
         .iter()
-        .filter(|k| key_fits(alg, &k.key))
-        .filter(|k| k.alg.as_deref().is_none_or(|a| a == alg))
+        .filter(|k| key_fits(alg, k))
+        .filter(|k| k.alg.as_deref().is_none_or(|a| a == alg_name))
         .filter(|k| kid.is_none() || k.kid.as_deref() == kid)
         .collect();
     if candidates.is_empty() {
@@ -262,15 +360,28 @@ pub fn verify_token(
             "no key of the issuer matches the token's kid and algorithm",
         ));
     }
-    let msg = &token.as_bytes()[..h.len() + 1 + p.len()];
-    if !candidates.iter().any(|k| verify(alg, &k.key, msg, &sig)) {
-        return Err(err("signature", "the signature does not verify"));
+    // jsonwebtoken: signature, then `iss` and `aud`. Times are checked below against the
+    // caller's clock, with stricter NumericDates than its own.
+    let mut validation = Validation::new(alg);
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.leeway = 0;
+    validation.set_required_spec_claims(&["iss", "aud"]);
+    validation.set_issuer(&[want.issuer]);
+    validation.set_audience(&[want.audience]);
+    let mut claims = None;
+    for key in candidates {
+        match jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key.key, &validation) {
+            Ok(data) => {
+                claims = Some(data.claims);
+                break;
+            }
+            // Another key with this kid and algorithm may be the one (rotation).
+            Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => {}
+            Err(e) => return Err(refusal(e.kind())),
+        }
     }
-    let claims: serde_json::Map<String, Value> = URL_SAFE_NO_PAD
-        .decode(p)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| err("malformed", "the payload is not base64url JSON"))?;
+    let claims = claims.ok_or_else(|| refusal(&ErrorKind::InvalidSignature))?;
     let exp = numeric_date(&claims, "exp")?.ok_or_else(|| err("claims", "the token has no `exp`"))?;
     let nbf = numeric_date(&claims, "nbf")?;
     numeric_date(&claims, "iat")?;
@@ -280,17 +391,6 @@ pub fn verify_token(
     }
     if nbf.is_some_and(|nbf| want.now.saturating_add(leeway) < nbf) {
         return Err(err("not_yet_valid", "the token is not valid yet"));
-    }
-    if claims.get("iss").and_then(Value::as_str) != Some(want.issuer) {
-        return Err(err("issuer", "the token was issued by another issuer"));
-    }
-    let aud_ok = match claims.get("aud") {
-        Some(Value::String(a)) => a == want.audience,
-        Some(Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(want.audience)),
-        _ => false,
-    };
-    if !aud_ok {
-        return Err(err("audience", "the token is not meant for this resource"));
     }
     if claims.get("sub").and_then(Value::as_str).is_none_or(str::is_empty) {
         return Err(err("claims", "the token has no `sub`"));
@@ -395,6 +495,50 @@ pub mod testing {
         /// A signed token.
         pub fn sign(&self, claims: &Value) -> String {
             sign_with(&self.kid, "EdDSA", claims, |msg| self.pair.sign(msg).as_ref().to_vec())
+        }
+    }
+
+    /// An RSA 2048 signing key, fixed (ring cannot generate RSA keys): a test-only key made
+    /// for these tests with `openssl genpkey` and `openssl pkcs8 -topk8` (PKCS#8 DER), never
+    /// used anywhere else.
+    pub struct RsaKey {
+        pair: signature::RsaKeyPair,
+        /// `kid` of the key.
+        pub kid: String,
+    }
+
+    impl RsaKey {
+        /// The test key.
+        pub fn fixed(kid: &str) -> Self {
+            let pair = signature::RsaKeyPair::from_pkcs8(include_bytes!("testdata/rsa-2048-test-only.pk8"))
+                .expect("the test key");
+            Self { pair, kid: kid.into() }
+        }
+
+        /// The public key as a JWK.
+        pub fn jwk(&self) -> Value {
+            let public: RsaPublicKeyComponents<Vec<u8>> = self.pair.public().into();
+            serde_json::json!({"kty": "RSA", "kid": self.kid,
+                "n": URL_SAFE_NO_PAD.encode(&public.n), "e": URL_SAFE_NO_PAD.encode(&public.e)})
+        }
+
+        /// A token signed with `alg` (RS256, RS384, RS512, PS256, PS384, PS512).
+        pub fn sign(&self, alg: &str, claims: &Value) -> String {
+            let padding: &'static dyn signature::RsaEncoding = match alg {
+                "RS256" => &signature::RSA_PKCS1_SHA256,
+                "RS384" => &signature::RSA_PKCS1_SHA384,
+                "RS512" => &signature::RSA_PKCS1_SHA512,
+                "PS256" => &signature::RSA_PSS_SHA256,
+                "PS384" => &signature::RSA_PSS_SHA384,
+                _ => &signature::RSA_PSS_SHA512,
+            };
+            sign_with(&self.kid, alg, claims, |msg| {
+                let mut sig = vec![0; self.pair.public().modulus_len()];
+                self.pair
+                    .sign(padding, &SystemRandom::new(), msg, &mut sig)
+                    .expect("sign");
+                sig
+            })
         }
     }
 
@@ -646,6 +790,90 @@ mod tests {
         let mut no_exp = claims();
         no_exp.as_object_mut().unwrap().remove("exp");
         assert_eq!(verify_token(&ec.sign(&no_exp), &keys, &w).unwrap_err().reason, "claims");
+    }
+
+    #[test]
+    fn rsa_tokens_verify_with_every_rsa_algorithm_and_keys_are_not_confused() {
+        let rsa = RsaKey::fixed("r1");
+        let ec = EcKey::generate("k1");
+        let keys = parse_jwks(&json!({"keys": [rsa.jwk(), ec.jwk()]}).to_string()).unwrap();
+        let all: Vec<String> = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256"]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        for alg in &all[..6] {
+            let c =
+                verify_token(&rsa.sign(alg, &claims()), &keys, &want(&all)).unwrap_or_else(|e| panic!("{alg}: {e}"));
+            assert_eq!(c["sub"], "user-1");
+        }
+        // A token that names the RSA key but another algorithm family never reaches it.
+        let mut h = header("ES256", "r1");
+        h["typ"] = json!("at+jwt");
+        let confused = ec.sign_with_header(&h, &claims());
+        assert_eq!(
+            verify_token(&confused, &keys, &want(&all)).unwrap_err().reason,
+            "unknown_key"
+        );
+        // HS256 signed with the RSA public key as the secret (the classic confusion): the
+        // algorithm is refused, and would find no key if it were allowed.
+        let secret = rsa.jwk().to_string();
+        let forged = sign_with("r1", "HS256", &claims(), |msg| {
+            ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes()), msg)
+                .as_ref()
+                .to_vec()
+        });
+        assert_eq!(
+            verify_token(&forged, &keys, &want(&all)).unwrap_err().reason,
+            "algorithm"
+        );
+        let with_hs: Vec<String> = vec!["HS256".into(), "RS256".into()];
+        assert_eq!(
+            verify_token(&forged, &keys, &want(&with_hs)).unwrap_err().reason,
+            "unknown_key"
+        );
+        // A JWKS may pin a key to one algorithm.
+        let mut pinned = rsa.jwk();
+        pinned["alg"] = json!("PS256");
+        let keys = parse_jwks(&json!({"keys": [pinned]}).to_string()).unwrap();
+        assert!(verify_token(&rsa.sign("PS256", &claims()), &keys, &want(&all)).is_ok());
+        assert_eq!(
+            verify_token(&rsa.sign("RS256", &claims()), &keys, &want(&all))
+                .unwrap_err()
+                .reason,
+            "unknown_key"
+        );
+    }
+
+    #[test]
+    fn jwks_keep_only_keys_that_can_verify() {
+        let ec = EcKey::generate("k1");
+        let skipped = json!([
+            {"kty": "oct", "k": "c2VjcmV0", "kid": "hmac"},
+            {"kty": "EC", "crv": "P-521", "x": "AA", "y": "AA", "kid": "p521"},
+            {"kty": "RSA", "use": "enc", "n": "AQAB", "e": "AQAB", "kid": "enc"},
+            {"kty": "XYZ", "kid": "future"},
+            {"kty": "OKP", "crv": "X25519", "x": "AA", "kid": "ecdh"}
+        ]);
+        let mut all = skipped.as_array().unwrap().clone();
+        all.push(ec.jwk());
+        let keys = parse_jwks(&json!({"keys": all}).to_string()).unwrap();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert_eq!(keys[0].kid.as_deref(), Some("k1"));
+        assert!(parse_jwks(&json!({"keys": skipped}).to_string())
+            .unwrap_err()
+            .contains("no usable signing keys"));
+        let mut bad = ec.jwk();
+        bad["x"] = json!("not base64!");
+        assert!(parse_jwks(&json!({"keys": [bad]}).to_string())
+            .unwrap_err()
+            .contains("malformed"));
+        let mut missing = ec.jwk();
+        missing.as_object_mut().unwrap().remove("y");
+        assert!(parse_jwks(&json!({"keys": [missing]}).to_string())
+            .unwrap_err()
+            .contains("malformed"));
+        assert!(parse_jwks("{}").unwrap_err().contains("`keys`"));
+        assert!(parse_jwks("nope").unwrap_err().contains("not JSON"));
     }
 
     #[test]
