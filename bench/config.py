@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmarks' proxy config: example/proxy.yaml on the given loopback ports, limits lifted
 out of the way (the load comes from one address and one identity), plus generated tools up to
-100 in all, and the `slow_lookup` tool (1 ms of service time).
+100 in all (BENCH_TOOLS=N: N), and the `slow_lookup` tool (1 ms of service time).
 
     bench/config.py OUT UPSTREAM_PORT MCP_PORT ADMIN_PORT
 With BENCH_POLICY=1: API-key auth over 1,000 keys (`bench-key-N`, role admin) and an audit
@@ -35,7 +35,7 @@ text += """
     http: {method: GET, path: /slow, query: {ms: "{ms}"}}
 """
 have = len(re.findall(r"^  - name: ", text, re.M))
-for i in range(100 - have):
+for i in range(int(os.environ.get("BENCH_TOOLS", "100")) - have):
     text += f"""
   - name: lookup_record_{i:03d}
     title: Lookup record {i}

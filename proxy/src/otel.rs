@@ -266,16 +266,22 @@ pub async fn shutdown(timeout: Duration) {
     if traces.is_none() && meters.is_none() {
         return;
     }
-    // The SDK blocks the calling thread while its own threads export through this runtime.
-    let done = tokio::task::spawn_blocking(move || {
+    // The SDK blocks the calling thread while its own threads export through this runtime; the
+    // two run side by side, so each has the whole `timeout`.
+    let traces = tokio::task::spawn_blocking(move || {
         if let Some(p) = traces {
             let _ = p.shutdown_with_timeout(timeout);
         }
+    });
+    let meters = tokio::task::spawn_blocking(move || {
         if let Some(m) = meters {
             let _ = m.shutdown_with_timeout(timeout);
         }
     });
-    let _ = tokio::time::timeout(timeout + Duration::from_millis(200), done).await;
+    let _ = tokio::time::timeout(timeout + Duration::from_millis(200), async {
+        let _ = tokio::join!(traces, meters);
+    })
+    .await;
 }
 
 /// A bounded queue in front of the SDK's batch processor. `pending` counts the spans handed to

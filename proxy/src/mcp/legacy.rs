@@ -244,7 +244,7 @@ pub(crate) async fn delete(
             return not_found();
         }
         shared.revoked.insert(&session, rt.config.server.max_sessions);
-        session::ended(&session, None);
+        session::ended(&session, session::End::Deleted);
         return empty(StatusCode::NO_CONTENT);
     };
     if store.is_revoked(&session.subject, &session.handle).await == Ok(true) {
@@ -257,7 +257,7 @@ pub(crate) async fn delete(
         .await
     {
         Ok(()) => {
-            session::ended(&session, None);
+            session::ended(&session, session::End::Deleted);
             empty(StatusCode::NO_CONTENT)
         }
         // Not ended everywhere: say so, rather than a 204 other replicas would contradict.

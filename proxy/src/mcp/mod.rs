@@ -363,9 +363,43 @@ struct RequestRecord {
 struct Ending {
     status: Option<StatusCode>,
     rpc_code: Option<i64>,
-    /// `error.type`: the JSON-RPC code, the HTTP status of a refusal, `tool_error` or
-    /// `client_gone`; `None` when the operation succeeded.
-    error: Option<(String, String)>,
+    /// `None` when the operation succeeded.
+    error: Option<Failure>,
+}
+
+/// Why an operation failed (`error.type`).
+#[derive(Clone, Copy)]
+enum Failure {
+    /// A JSON-RPC error response.
+    Rpc(i64),
+    /// An HTTP refusal.
+    Http(StatusCode),
+    /// A tool result with `isError: true`.
+    Tool,
+    /// The client went away before the response.
+    ClientGone,
+}
+
+impl Failure {
+    /// The `error.type` value (bounded: codes and statuses come from the proxy).
+    fn kind(self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Failure::Rpc(c) => metrics::rpc_code_label(c).into(),
+            Failure::Http(s) => s.as_u16().to_string().into(),
+            Failure::Tool => "tool_error".into(),
+            Failure::ClientGone => "client_gone".into(),
+        }
+    }
+
+    /// The span status description.
+    fn message(self) -> String {
+        match self {
+            Failure::Rpc(c) => format!("JSON-RPC error {c}"),
+            Failure::Http(s) => format!("HTTP {s}"),
+            Failure::Tool => "the tool result has isError: true".into(),
+            Failure::ClientGone => "the client went away before the response".into(),
+        }
+    }
 }
 
 impl RequestRecord {
@@ -382,12 +416,9 @@ impl RequestRecord {
             .with_label_values(&[self.info.method, code])
             .inc();
         let error = match rpc_code {
-            Some(c) => Some((c.to_string(), format!("JSON-RPC error {c}"))),
-            None if !status.is_success() => Some((status.as_u16().to_string(), format!("HTTP {status}"))),
-            None if tool_error => Some((
-                "tool_error".to_string(),
-                "the tool result has isError: true".to_string(),
-            )),
+            Some(c) => Some(Failure::Rpc(c)),
+            None if !status.is_success() => Some(Failure::Http(status)),
+            None if tool_error => Some(Failure::Tool),
             None => None,
         };
         self.end(Ending {
@@ -417,10 +448,7 @@ impl Drop for RequestRecord {
         self.end(Ending {
             status: None,
             rpc_code: None,
-            error: Some((
-                "client_gone".to_string(),
-                "the client went away before the response".to_string(),
-            )),
+            error: Some(Failure::ClientGone),
         });
     }
 }
@@ -446,15 +474,17 @@ pub(crate) struct RequestInfo {
 }
 
 /// `mcp.server.operation.duration`, on `/metrics` and (when exported) over OTLP. A request
-/// that never named a method (unparseable, refused before its body was read) is no MCP
-/// operation and is not recorded here; `toolgate_mcp_requests_total` counts it.
+/// that never named a method (unparseable, refused before its body was read) or a `DELETE`
+/// (the transport's, not a JSON-RPC method) is no MCP operation and is not recorded here;
+/// `toolgate_mcp_requests_total` counts it.
 fn operation_metrics(info: &RequestInfo, start: u64, ending: &Ending) {
-    if info.method == "unknown" {
+    if info.method == "unknown" || info.method == "DELETE" {
         return;
     }
     let seconds = otel::now_nanos().saturating_sub(start) as f64 / 1e9;
     let tool = info.tool.as_deref().filter(|_| info.method == "tools/call");
-    let error = ending.error.as_ref().map(|(kind, _)| kind.as_str());
+    let kind = ending.error.map(Failure::kind);
+    let error = kind.as_deref();
     let rpc_code = ending.rpc_code.map(metrics::rpc_code_label);
     metrics::METRICS
         .mcp_operation_duration
@@ -526,9 +556,9 @@ fn server_span(info: &RequestInfo, start: u64, ending: Ending) {
     if let Some(c) = ending.rpc_code {
         attributes.push(KeyValue::new("rpc.response.status_code", c.to_string()));
     }
-    let error = ending.error.map(|(kind, message)| {
-        attributes.push(KeyValue::new("error.type", kind));
-        message
+    let error = ending.error.map(|f| {
+        attributes.push(KeyValue::new("error.type", f.kind()));
+        f.message()
     });
     otel::record(otel::Span {
         trace_id: info.trace.trace_id,

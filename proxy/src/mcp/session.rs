@@ -36,6 +36,8 @@ pub struct Session {
     pub expires: Option<u64>,
     /// When the session was opened (Unix milliseconds; a sealed id has its `issued` second).
     pub started_ms: u64,
+    /// In-memory sessions: when it was created, on the table's clock (as `last_seen_ms`).
+    created_ms: u64,
     anonymous: bool,
     last_seen_ms: AtomicU64,
 }
@@ -64,12 +66,29 @@ fn unix_now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Records the end of `session` in `mcp.server.session.duration`: ended by `DELETE` or by
-/// idling past the TTL (no error), or pushed out of a full table (`error.type=evicted`). A
-/// sealed session that is never deleted just stops opening: no replica sees it end, so it is
-/// not recorded.
-pub fn ended(session: &Session, error: Option<&'static str>) {
-    let seconds = unix_now_ms().saturating_sub(session.started_ms) as f64 / 1e3;
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// `DELETE`: it lasted until now.
+    Deleted,
+    /// Idle past the TTL (in memory): it lasted until it was last used.
+    Idle,
+    /// Pushed out of a full table (in memory): until it was last used, `error.type=evicted`.
+    Evicted,
+}
+
+/// Records the end of `session` in `mcp.server.session.duration`. A sealed session that is
+/// never deleted just stops opening: no replica sees it end, so it is not recorded.
+pub fn ended(session: &Session, end: End) {
+    let ms = match end {
+        End::Deleted => unix_now_ms().saturating_sub(session.started_ms),
+        End::Idle | End::Evicted => session
+            .last_seen_ms
+            .load(Ordering::Relaxed)
+            .saturating_sub(session.created_ms),
+    };
+    let seconds = ms as f64 / 1e3;
+    let error = (end == End::Evicted).then_some("evicted");
     crate::metrics::METRICS
         .mcp_session_duration
         .with_label_values(&[session.version, error.unwrap_or("")])
@@ -141,6 +160,7 @@ fn from_claims(id: String, c: Claims, version: &'static str) -> Arc<Session> {
         rank: c.rank,
         expires: Some(c.expires),
         started_ms: c.issued.saturating_mul(1000),
+        created_ms: 0,
         last_seen_ms: AtomicU64::new(0),
     })
 }
@@ -196,6 +216,7 @@ impl Sessions {
             rank,
             expires: None,
             started_ms: unix_now_ms(),
+            created_ms: now,
             anonymous: subject == "anonymous",
             last_seen_ms: AtomicU64::new(now),
         });
@@ -213,7 +234,7 @@ impl Sessions {
                 own.sort_unstable();
                 for (_, k) in own.iter().take(own.len() + 1 - cap) {
                     if let Some(s) = map.remove(k) {
-                        ended(&s, Some("evicted"));
+                        ended(&s, End::Evicted);
                     }
                 }
             }
@@ -229,7 +250,7 @@ impl Sessions {
                     break;
                 };
                 if let Some(s) = map.remove(&oldest) {
-                    ended(&s, Some("evicted"));
+                    ended(&s, End::Evicted);
                 }
             }
         }
@@ -242,18 +263,22 @@ impl Sessions {
         let now = self.now_ms();
         let session = self.map.read().unwrap_or_else(|e| e.into_inner()).get(id).cloned()?;
         if now.saturating_sub(session.last_seen_ms.load(Ordering::Relaxed)) > ttl.as_millis() as u64 {
-            self.remove(id);
+            self.take(id, End::Idle);
             return None;
         }
         session.last_seen_ms.store(now, Ordering::Relaxed);
         Some(session)
     }
 
-    /// Ends session `id`; whether it existed.
+    /// Ends session `id` (`DELETE`); whether it existed.
     pub fn remove(&self, id: &str) -> bool {
+        self.take(id, End::Deleted)
+    }
+
+    fn take(&self, id: &str, end: End) -> bool {
         let removed = self.map.write().unwrap_or_else(|e| e.into_inner()).remove(id);
         if let Some(s) = &removed {
-            ended(s, None);
+            ended(s, end);
         }
         removed.is_some()
     }
@@ -281,7 +306,7 @@ fn retain_live(map: &mut HashMap<Arc<str>, Arc<Session>>, now: u64, ttl: Duratio
     map.retain(|_, s| {
         let live = now.saturating_sub(s.last_seen_ms.load(Ordering::Relaxed)) <= ttl_ms;
         if !live {
-            ended(s, None);
+            ended(s, End::Idle);
         }
         live
     });

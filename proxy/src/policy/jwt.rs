@@ -65,12 +65,15 @@ static RING: CryptoProvider = CryptoProvider {
     },
 };
 
-fn install_provider() {
+/// Installs [`RING`] as jsonwebtoken's process-wide provider; whether it is the one in use
+/// (nothing else installs one: the crate is built without a provider of its own, and if
+/// anything ever did, tokens are refused rather than verified by unknown code).
+fn install_provider() -> bool {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // Only this crate installs one (jsonwebtoken is built without a provider of its own).
         let _ = RING.install_default();
     });
+    CryptoProvider::try_get_default().is_some_and(|p| std::ptr::eq(p, &RING))
 }
 
 fn no_signer(_: &Algorithm, _: &EncodingKey) -> jsonwebtoken::errors::Result<Box<dyn JwtSigner>> {
@@ -157,7 +160,9 @@ impl JwtVerifier for RingVerifier {
 /// other than P-256, P-384 and Ed25519. A key of a supported type that does not parse is an
 /// error, and so is a JWKS with no usable key.
 pub fn parse_jwks(text: &str) -> Result<Vec<Jwk>, String> {
-    install_provider();
+    if !install_provider() {
+        return Err("another JOSE crypto provider is installed in this process".into());
+    }
     let doc: Value = serde_json::from_str(text).map_err(|e| format!("JWKS is not JSON: {e}"))?;
     let keys = doc
         .get("keys")
@@ -304,7 +309,12 @@ pub fn verify_token(
     keys: &[Jwk],
     want: &Expectations<'_>,
 ) -> Result<serde_json::Map<String, Value>, TokenError> {
-    install_provider();
+    if !install_provider() {
+        return Err(err(
+            "signature",
+            "another JOSE crypto provider is installed in this process",
+        ));
+    }
     let mut parts = token.split('.');
     let (Some(h), Some(_), Some(_), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(err("malformed", "the token is not a JWS compact serialization"));
@@ -382,6 +392,11 @@ pub fn verify_token(
         }
     }
     let claims = claims.ok_or_else(|| refusal(&ErrorKind::InvalidSignature))?;
+    // jsonwebtoken also takes an `iss` array with the issuer among others: exactly one is
+    // required here.
+    if claims.get("iss").and_then(Value::as_str) != Some(want.issuer) {
+        return Err(err("issuer", "the token was issued by another issuer"));
+    }
     let exp = numeric_date(&claims, "exp")?.ok_or_else(|| err("claims", "the token has no `exp`"))?;
     let nbf = numeric_date(&claims, "nbf")?;
     numeric_date(&claims, "iat")?;
@@ -630,6 +645,12 @@ mod tests {
         assert_eq!(reason(ec.sign(&aud)), "audience");
         let mut iss = claims();
         iss["iss"] = json!("https://evil.test");
+        assert_eq!(reason(ec.sign(&iss)), "issuer");
+        iss["iss"] = json!(["https://evil.test", "https://issuer.test"]);
+        assert_eq!(reason(ec.sign(&iss)), "issuer", "one issuer, not a list holding it");
+        iss["iss"] = json!(["https://issuer.test"]);
+        assert_eq!(reason(ec.sign(&iss)), "issuer");
+        iss.as_object_mut().unwrap().remove("iss");
         assert_eq!(reason(ec.sign(&iss)), "issuer");
         assert_eq!(reason(unsigned(&claims())), "algorithm");
         let good = ec.sign(&claims());
