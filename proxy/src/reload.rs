@@ -40,7 +40,7 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
         Ok(c) => c,
         Err(e) => return Reloaded::Refused(e.to_string()),
     };
-    if config == old.config && !force {
+    if crate::runtime::config_digest(&config) == old.config_digest && !force {
         return Reloaded::Unchanged;
     }
     for (key, a, b) in [
@@ -142,5 +142,27 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
             }
             Reloaded::Applied(_) | Reloaded::Unchanged => last_error = None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:1'}\npolicy: {audit: {enabled: false}}\ntools:\n  - {name: t, inputSchema: {type: object, properties: {a: {type: string}}}, http: {method: GET, path: /}}\n";
+
+    #[test]
+    fn the_same_config_is_no_change_and_a_changed_tool_is() {
+        let config = toolgate_config::parse_text(TEXT).unwrap();
+        let shared = Shared::new(Runtime::compile(config, 1).unwrap());
+        // The served runtime keeps its tools compiled, not in `config`: the comparison must
+        // still see the same config as the same.
+        assert!(matches!(apply(&shared, TEXT, false), Reloaded::Unchanged));
+        assert!(matches!(apply(&shared, TEXT, true), Reloaded::Applied(2)), "forced");
+        let changed = TEXT.replace("{type: string}", "{type: integer}");
+        assert!(matches!(apply(&shared, &changed, false), Reloaded::Applied(3)));
+        assert!(matches!(apply(&shared, &changed, false), Reloaded::Unchanged));
+        assert!(matches!(apply(&shared, "tools: [", false), Reloaded::Refused(_)));
+        assert_eq!(shared.runtime.load().generation, 3);
     }
 }

@@ -46,7 +46,9 @@ pub enum BodyPlan {
 
 /// One tool, ready to serve.
 pub struct CompiledTool {
-    /// The tool as configured.
+    /// The tool as configured, but for `inputSchema` (`Null`) and `outputSchema` (`None`):
+    /// they live on compiled in `input` and `output` and rendered in `listing`, and a 1,000-tool
+    /// config does not keep their value trees twice.
     pub config: ToolConfig,
     /// Effective tier.
     pub tier: Tier,
@@ -81,13 +83,15 @@ pub struct CompiledTool {
     pub statuses: HashMap<u16, StatusMapping>,
     /// Class overrides, indexed by the first digit.
     pub classes: [Option<StatusMapping>; 6],
-    /// The `tools/list` entry.
-    pub listing: Value,
+    /// The `tools/list` entry, as JSON text: a page is these joined, with no value tree kept
+    /// per tool (the envelope's output schema alone is dozens of maps).
+    pub listing: Box<str>,
 }
 
 /// The compiled, immutable serving state of one config generation.
 pub struct Runtime {
-    /// The config as loaded.
+    /// The config as loaded, but for `tools`: each tool's config moved into its
+    /// [`CompiledTool::config`] (one copy, not two).
     pub config: ProxyConfig,
     /// Tools in `tools/list` order.
     pub tools: Vec<CompiledTool>,
@@ -115,6 +119,9 @@ pub struct Runtime {
     pub files: Vec<String>,
     /// Fingerprint of those files' contents when this generation was compiled.
     pub files_fingerprint: [u8; 32],
+    /// [`config_digest`] of the whole config this generation was compiled from (`config` no
+    /// longer holds its tools): a reload of the same config is no change.
+    pub config_digest: [u8; 32],
     /// SHA-256 of the token `PUT /loglevel` requires (`server.adminTokenFile`); `None` refuses it.
     pub admin_token: Option<[u8; 32]>,
     /// What every 2026-07-28 tool result starts with (`resultType`, the server's identity).
@@ -156,6 +163,12 @@ pub fn fingerprint(files: &[String]) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// SHA-256 of a config's canonical JSON (its serde form: key order and defaults as loaded).
+pub fn config_digest(config: &ProxyConfig) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(serde_json::to_vec(config).unwrap_or_default()).into()
+}
+
 /// Effective limits of one generation.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -186,20 +199,23 @@ pub struct ProvenanceHeaders {
 
 impl Runtime {
     /// Validates and compiles `config`.
-    pub fn compile(config: ProxyConfig, generation: u64) -> Result<Self, CompileError> {
+    pub fn compile(mut config: ProxyConfig, generation: u64) -> Result<Self, CompileError> {
         config.validate().map_err(toolgate_config::LoadError::from)?;
         let upstream = Upstream::new(&config.upstream)?;
-        let mut tools = Vec::with_capacity(config.tools.len());
-        let mut index = HashMap::with_capacity(config.tools.len());
+        let digest = config_digest(&config);
+        let configs = std::mem::take(&mut config.tools);
+        let mut tools = Vec::with_capacity(configs.len());
+        let mut index = HashMap::with_capacity(configs.len());
         let patterns = schema::Patterns::default();
-        for (i, t) in config.tools.iter().enumerate() {
+        for (i, t) in configs.into_iter().enumerate() {
+            let name = t.name.clone();
             let compiled = compile_tool(t, config.upstream.timeout_ms, &patterns).map_err(|(key, msg)| {
                 toolgate_config::LoadError::from(vec![toolgate_config::ConfigError::new(
-                    format!("tools[{i}] ({}).{key}", t.name),
+                    format!("tools[{i}] ({name}).{key}"),
                     msg,
                 )])
             })?;
-            index.insert(t.name.clone(), i);
+            index.insert(name, i);
             tools.push(compiled);
         }
         let allowed_origins = config
@@ -379,6 +395,7 @@ impl Runtime {
             upstream_credential,
             files,
             files_fingerprint,
+            config_digest: digest,
         })
     }
 
@@ -394,7 +411,7 @@ impl Runtime {
 }
 
 fn compile_tool(
-    t: &ToolConfig,
+    mut t: ToolConfig,
     default_timeout_ms: u64,
     patterns: &schema::Patterns,
 ) -> Result<CompiledTool, (&'static str, String)> {
@@ -449,11 +466,15 @@ fn compile_tool(
     }
     let tier = t.effective_tier();
     let safety = t.effective_safety();
-    let listing = listing(t);
+    let listing = listing(&t).to_string().into_boxed_str();
+    let input_has_refs = schema::has_refs(&t.input_schema);
+    // Compiled into `input`/`output` and rendered into `listing`: the value trees are not kept.
+    t.input_schema = Value::Null;
+    t.output_schema = None;
     Ok(CompiledTool {
         tier,
         safety,
-        input_has_refs: schema::has_refs(&t.input_schema),
+        input_has_refs,
         input,
         output,
         path,
@@ -477,7 +498,7 @@ fn compile_tool(
         statuses,
         classes,
         listing,
-        config: t.clone(),
+        config: t,
     })
 }
 

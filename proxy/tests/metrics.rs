@@ -156,10 +156,9 @@ async fn a_scrape_counts_calls_by_tool_status_and_tier_with_bounded_labels() {
         .shared
         .runtime
         .load()
-        .config
         .tools
         .iter()
-        .map(|t| t.name.clone())
+        .map(|t| t.config.name.clone())
         .collect();
     for (_, labels, _) in &after {
         if let Some(tool) = labels.get("tool") {

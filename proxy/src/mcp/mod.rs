@@ -1119,19 +1119,35 @@ pub(crate) fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Opti
         Some(_) => return Reply::error(code::INVALID_PARAMS, "Invalid params: `cursor` must be a string"),
     };
     let end = (start + page).min(tools.len());
-    let listing: Vec<&Value> = tools[start..end].iter().map(|t| &t.listing).collect();
-    let mut result = json!({"tools": listing});
+    // The page is written as text from each tool's listing text.
+    let page: &[&CompiledTool] = &tools[start..end];
+    let mut out = String::with_capacity(page.iter().map(|t| t.listing.len() + 1).sum::<usize>() + 96);
+    out.push_str(r#"{"tools":["#);
+    for (i, t) in page.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&t.listing);
+    }
+    out.push(']');
     if end < tools.len() {
-        result["nextCursor"] = json!(format!("tg:{end}"));
+        out.push_str(&format!(r#","nextCursor":"tg:{end}""#));
     }
     if peer.session.is_none() {
         // Every page carries the same hint. The list is the same for every caller only when
         // nobody authenticates (all are anonymous); otherwise it depends on who asks.
-        result["ttlMs"] = json!(rt.config.server.list_ttl_ms);
         let public = rt.config.policy.auth.mode == toolgate_config::AuthMode::None;
-        result["cacheScope"] = json!(if public { "public" } else { "private" });
+        out.push_str(&format!(
+            r#","ttlMs":{},"cacheScope":"{}""#,
+            rt.config.server.list_ttl_ms,
+            if public { "public" } else { "private" }
+        ));
     }
-    Reply::Result(result)
+    out.push('}');
+    Reply::RawResult {
+        json: out,
+        tool_error: false,
+    }
 }
 
 fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {

@@ -103,7 +103,7 @@ fn fingerprint(rt: &Runtime, who: &Identity) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for t in visible(rt, who) {
-        t.listing.to_string().hash(&mut h);
+        t.listing.hash(&mut h);
     }
     h.finish()
 }
