@@ -66,6 +66,8 @@ pub struct Metrics {
     pub audit_dropped_unauthenticated: IntCounter,
     /// `toolgate_otel_spans_dropped_total`.
     pub spans_dropped: IntCounter,
+    /// `toolgate_connections_refused_total{limit}`: MCP connections closed at accept.
+    pub connections_refused: IntCounterVec,
     /// `mcp_server_operation_duration_seconds{...}`: OpenTelemetry's
     /// `mcp.server.operation.duration` under its Prometheus name (see [`OPERATION_LABELS`]).
     pub mcp_operation_duration: HistogramVec,
@@ -169,6 +171,11 @@ impl Metrics {
                 "Audit records of requests refused before authentication, dropped because the buffer was full.",
             ),
             spans_dropped: plain(&registry, "toolgate_otel_spans_dropped_total", "Trace spans dropped because the export queue was full."),
+            connections_refused: counter(
+                "toolgate_connections_refused_total",
+                "MCP client connections closed by a connection limit: total (a new one, at server.maxConnections), per_ip (a new one, at server.maxConnectionsPerIp), evicted_unused (the oldest one that had sent no request, closed to make room at server.maxConnections).",
+                &["limit"],
+            ),
             mcp_operation_duration: mcp_histogram(
                 &registry,
                 "mcp_server_operation_duration_seconds",
@@ -244,6 +251,9 @@ impl Metrics {
         for s in ["ip", "identity", "tool"] {
             m.rate_limited.with_label_values(&[s]);
         }
+        for l in ["total", "per_ip", "evicted_unused"] {
+            m.connections_refused.with_label_values(&[l]);
+        }
         for d in ["allowed", "denied", "invalid", "rate_limited", "cancelled"] {
             m.audit_records.with_label_values(&[d]);
         }
@@ -268,7 +278,7 @@ impl Metrics {
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 25] = [
+        let collectors: [&dyn Collector; 26] = [
             &self.requests,
             &self.tool_calls,
             &self.tool_duration,
@@ -280,6 +290,7 @@ impl Metrics {
             &self.audit_dropped,
             &self.audit_dropped_unauthenticated,
             &self.spans_dropped,
+            &self.connections_refused,
             &self.mcp_operation_duration,
             &self.mcp_session_duration,
             &self.config_reloads,

@@ -119,6 +119,10 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
     let runtime = Runtime::compile(config, 1)?;
     let grace = Duration::from_secs(runtime.config.server.shutdown_grace_seconds);
     let max_connections = runtime.config.server.max_connections;
+    let per_peer = PeerCap {
+        limit: runtime.config.server.max_connections_per_ip,
+        counts: Arc::default(),
+    };
     let mcp_listener = bind(&runtime.config.server.listen, opts.bind_host).await?;
     let admin_listener = bind(&runtime.config.server.admin_listen, opts.bind_host).await?;
     let mcp_addr = mcp_listener.local_addr().map_err(|source| StartError::Bind {
@@ -148,11 +152,16 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
 
     let mut tasks = Vec::new();
     let s = shared.clone();
+    let exempt = shared.clone();
     tasks.push(tokio::spawn(accept_loop(
         mcp_listener,
         stop_rx.clone(),
         grace,
         max_connections,
+        Some((per_peer, move |ip: std::net::IpAddr| {
+            let rt = exempt.runtime.load();
+            rt.trusted_proxies.iter().any(|c| c.contains(ip))
+        })),
         move |req, peer| mcp::handle(s.clone(), req, peer),
     )));
     let s = shared.clone();
@@ -161,6 +170,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
         stop_rx.clone(),
         grace,
         64,
+        NO_PEER_CAP,
         move |req, _| {
             let listener = admin::Listener::Admin {
                 metrics: metrics_addr.is_none(),
@@ -175,6 +185,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
             stop_rx.clone(),
             grace,
             64,
+            NO_PEER_CAP,
             move |req, _| admin::handle(s.clone(), req, admin::Listener::Metrics),
         )));
     }
@@ -216,15 +227,102 @@ async fn sweep_sessions(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-async fn accept_loop<F, Fut>(
+/// Open connections by client address.
+type PeerCounts = Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>;
+
+/// Open connections per client address (IPv6: per /64), with a limit.
+struct PeerCap {
+    limit: usize,
+    counts: PeerCounts,
+}
+
+/// One connection counted in a [`PeerCap`] until it closes.
+struct PeerSlot {
+    key: std::net::IpAddr,
+    counts: PeerCounts,
+}
+
+impl PeerCap {
+    /// The address a connection counts under: the IP, or its /64 for IPv6 (one host has many).
+    fn key(ip: std::net::IpAddr) -> std::net::IpAddr {
+        match ip {
+            std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+                let net = u128::from(v6) & !((1u128 << 64) - 1);
+                std::net::IpAddr::V6(net.into())
+            }
+            std::net::IpAddr::V6(v6) => {
+                std::net::IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
+            }
+            v4 => v4,
+        }
+    }
+
+    /// A slot for a connection from `ip`, or `None` when that address has `limit` open.
+    fn admit(&self, ip: std::net::IpAddr) -> Option<PeerSlot> {
+        let key = Self::key(ip);
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.entry(key).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            key,
+            counts: self.counts.clone(),
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = counts.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.key);
+            }
+        }
+    }
+}
+
+/// A connection in accept order, until it sends its first request.
+struct Unused {
+    used: Arc<std::sync::atomic::AtomicBool>,
+    abort: tokio::task::AbortHandle,
+}
+
+/// Closes the oldest connection that has not sent a request; whether there was one.
+fn evict_oldest_unused(unused: &mut std::collections::VecDeque<Unused>) -> bool {
+    while let Some(u) = unused.pop_front() {
+        if !u.used.load(std::sync::atomic::Ordering::Relaxed) && !u.abort.is_finished() {
+            u.abort.abort();
+            crate::metrics::METRICS
+                .connections_refused
+                .with_label_values(&["evicted_unused"])
+                .inc();
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a peer is exempt from the per-address limit (a trusted proxy).
+type Exempt = fn(std::net::IpAddr) -> bool;
+
+/// The admin and metrics listeners have no per-address limit (their own total is small).
+const NO_PEER_CAP: Option<(PeerCap, Exempt)> = None;
+
+async fn accept_loop<F, Fut, E>(
     listener: TcpListener,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
     max_connections: usize,
+    per_peer: Option<(PeerCap, E)>,
     handler: F,
 ) where
     F: Fn(Request<Incoming>, std::net::SocketAddr) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
+    E: Fn(std::net::IpAddr) -> bool + Send + Sync + 'static,
 {
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -233,6 +331,7 @@ async fn accept_loop<F, Fut>(
         .keep_alive(true);
     let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut conns = tokio::task::JoinSet::new();
+    let mut unused: std::collections::VecDeque<Unused> = std::collections::VecDeque::new();
     let mut refused_logged = false;
     loop {
         tokio::select! {
@@ -247,7 +346,35 @@ async fn accept_loop<F, Fut>(
                 };
                 while conns.try_join_next().is_some() {}
                 // A bounded number of open connections: past it, new ones are closed at once.
-                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                // One address may hold only its share; a trusted proxy is many clients.
+                let slot = match &per_peer {
+                    Some((cap, exempt)) if !exempt(peer.ip()) => match cap.admit(peer.ip()) {
+                        Some(slot) => Some(slot),
+                        None => {
+                            crate::metrics::METRICS.connections_refused.with_label_values(&["per_ip"]).inc();
+                            drop(stream);
+                            continue;
+                        }
+                    },
+                    _ => None,
+                };
+                // At the limit, a connection that has not sent a request yet (idle since it was
+                // accepted, or dripping its first headers) makes room: the oldest such one is
+                // closed, so idle sockets cannot lock well-behaved clients out.
+                let permit = match Arc::clone(&permits).try_acquire_owned() {
+                    Ok(p) => Some(p),
+                    Err(_) if per_peer.is_some() && evict_oldest_unused(&mut unused) => {
+                        tokio::time::timeout(Duration::from_millis(100), Arc::clone(&permits).acquire_owned())
+                            .await
+                            .ok()
+                            .and_then(Result::ok)
+                    }
+                    Err(_) => None,
+                };
+                let Some(permit) = permit else {
+                    if per_peer.is_some() {
+                        crate::metrics::METRICS.connections_refused.with_label_values(&["total"]).inc();
+                    }
                     if !refused_logged {
                         tracing::warn!(max_connections, "connection limit reached; closing new connections");
                         refused_logged = true;
@@ -258,15 +385,29 @@ async fn accept_loop<F, Fut>(
                 refused_logged = false;
                 let _ = stream.set_nodelay(true);
                 let h = handler.clone();
+                let used = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let first = used.clone();
                 let svc = service_fn(move |req| {
+                    first.store(true, std::sync::atomic::Ordering::Relaxed);
                     let h = h.clone();
                     async move { Ok::<_, std::convert::Infallible>(h(req, peer).await) }
                 });
                 let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), svc));
-                conns.spawn(async move {
+                let abort = conns.spawn(async move {
                     let _permit = permit;
+                    let _slot = slot;
                     let _ = conn.await;
                 });
+                if per_peer.is_some() {
+                    // Entries that were used or have ended leave from the front.
+                    while unused
+                        .front()
+                        .is_some_and(|u: &Unused| u.used.load(std::sync::atomic::Ordering::Relaxed) || u.abort.is_finished())
+                    {
+                        unused.pop_front();
+                    }
+                    unused.push_back(Unused { used, abort });
+                }
             }
             _ = stop.changed() => break,
         }

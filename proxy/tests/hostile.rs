@@ -342,3 +342,103 @@ async fn host_refusals_batches_and_call_notifications_are_audited_once_each() {
         ]
     );
 }
+
+/// An idle TCP connection to `addr` from `source` (a loopback address of the test's choosing).
+async fn idle_from(source: &str, addr: SocketAddr) -> tokio::net::TcpStream {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    sock.connect(addr).await.unwrap()
+}
+
+/// Whether the proxy closed `conn` (EOF or reset) within `wait`.
+async fn closed_within(conn: &mut tokio::net::TcpStream, wait: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 1];
+    matches!(
+        tokio::time::timeout(wait, conn.read(&mut buf)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test]
+async fn idle_connections_cannot_lock_a_client_out() {
+    let h = common::Harness::start_with("  maxConnections: 8\n  maxConnectionsPerIp: 4\n").await;
+    let addr = h.proxy.mcp_addr;
+    // One address gets its share and no more: the fifth connection is closed at once.
+    let mut first = Vec::new();
+    for _ in 0..4 {
+        first.push(idle_from("127.0.0.2", addr).await);
+    }
+    let mut fifth = idle_from("127.0.0.2", addr).await;
+    assert!(
+        closed_within(&mut fifth, Duration::from_secs(2)).await,
+        "over the per-address limit"
+    );
+    // Other addresses fill the rest of the limit with connections that never send a request.
+    for _ in 0..4 {
+        first.push(idle_from("127.0.0.3", addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A well-behaved client still gets in: the oldest unused connection makes room.
+    let s = common::Session::open(h.http.clone(), h.url(), "2025-06-18").await;
+    let (env, is_error) = s.envelope("get_customer", json!({"customerId": "42"})).await;
+    assert!(!is_error, "{env}");
+    assert!(
+        closed_within(&mut first[0], Duration::from_secs(2)).await,
+        "the oldest idle connection was closed"
+    );
+    let m = toolgate_proxy::metrics::METRICS.render();
+    assert!(
+        m.contains(r#"toolgate_connections_refused_total{limit="per_ip"} "#),
+        "{m}"
+    );
+    let evicted = m
+        .lines()
+        .find(|l| l.starts_with(r#"toolgate_connections_refused_total{limit="evicted_unused"}"#))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(evicted >= 1.0, "{m}");
+    // A connection that has served a request is never the one closed: it keeps working while
+    // idle ones come and go.
+    drop(s);
+    let mut kept = idle_from("127.0.0.5", addr).await;
+    assert_eq!(exchange_on(&mut kept).await, 400);
+    for _ in 0..6 {
+        first.push(idle_from("127.0.0.4", addr).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(exchange_on(&mut kept).await, 400, "the used connection still serves");
+}
+
+/// One request (`{}`: refused with 400) on a kept-alive raw connection; the status.
+async fn exchange_on(conn: &mut tokio::net::TcpStream) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    conn.write_all(b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "the connection was closed");
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse().unwrap())
+                })
+                .unwrap_or(0);
+            if body.len() >= len {
+                return head[9..12].parse().unwrap();
+            }
+        }
+    }
+}

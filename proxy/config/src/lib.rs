@@ -117,10 +117,17 @@ pub struct ServerConfig {
     /// Upper bound of live sessions; the longest-idle one is ended to make room.
     #[serde(default = "defaults::max_sessions")]
     pub max_sessions: usize,
-    /// Open client connections at most; further connections are closed at once. Changing it
-    /// needs a restart.
+    /// Open client connections at most; further connections are closed at once. Each costs
+    /// about 18 KiB even idle, so the default keeps a flood of idle connections under 40 MiB,
+    /// inside the sidecar's memory limit. Changing it needs a restart.
     #[serde(default = "defaults::max_connections")]
     pub max_connections: usize,
+    /// Open connections at most from one client address (IPv6: one /64); further ones from it
+    /// are closed at once, so one address cannot take every connection. Peers in
+    /// `policy.rateLimit.trustedProxies` (a load balancer or ingress) are not limited. Changing
+    /// it needs a restart.
+    #[serde(default = "defaults::max_connections_per_ip")]
+    pub max_connections_per_ip: usize,
     /// Tools per `tools/list` page.
     #[serde(default = "defaults::page_size")]
     pub page_size: usize,
@@ -168,6 +175,7 @@ impl Default for ServerConfig {
             session_key_file: None,
             max_sessions: defaults::max_sessions(),
             max_connections: defaults::max_connections(),
+            max_connections_per_ip: defaults::max_connections_per_ip(),
             page_size: defaults::page_size(),
             name: defaults::server_name(),
             instructions: None,
@@ -779,9 +787,13 @@ pub mod defaults {
     pub fn max_sessions() -> usize {
         10_000
     }
-    /// 10,000 connections.
+    /// 2,048 connections.
     pub fn max_connections() -> usize {
-        10_000
+        2048
+    }
+    /// 256 connections from one address.
+    pub fn max_connections_per_ip() -> usize {
+        256
     }
     /// 100 tools per page.
     pub fn page_size() -> usize {

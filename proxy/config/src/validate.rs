@@ -345,6 +345,9 @@ impl ProxyConfig {
         if s.max_connections == 0 {
             errs.push(ConfigError::new("server.maxConnections", "must be at least 1"));
         }
+        if s.max_connections_per_ip == 0 {
+            errs.push(ConfigError::new("server.maxConnectionsPerIp", "must be at least 1"));
+        }
         if s.max_sessions == 0 {
             errs.push(ConfigError::new("server.maxSessions", "must be at least 1"));
         }
