@@ -84,6 +84,22 @@ pub struct Rendered {
     pub problems: Vec<String>,
 }
 
+/// The most a ConfigMap's data may hold (keys and values): the API server refuses more.
+pub const MAX_CONFIGMAP_DATA: usize = 1 << 20;
+
+impl Rendered {
+    /// Why this config cannot be written to a ConfigMap, when it is too large for one.
+    pub fn too_large(&self) -> Option<String> {
+        let size = CONFIG_KEY.len() + self.text.len();
+        (size > MAX_CONFIGMAP_DATA).then(|| {
+            format!(
+                "the rendered config of {} tools is {size} bytes, over the {MAX_CONFIGMAP_DATA} bytes a ConfigMap can hold: split the tools across McpServers (spec.toolSelector) or shorten their descriptions and schemas",
+                self.config.tools.len()
+            )
+        })
+    }
+}
+
 /// The in-cluster MCP URL of a server.
 pub fn endpoint(server: &McpServer) -> String {
     format!(
@@ -561,6 +577,26 @@ mod tests {
             !r.text.contains("shop-keys") && !r.text.contains("shop-upstream"),
             "{}",
             r.text
+        );
+    }
+
+    #[test]
+    fn a_config_past_the_configmap_limit_is_said_to_be_too_large() {
+        let tools = |n: usize| -> Vec<McpTool> {
+            (0..n)
+                .map(|i| McpTool::test(&format!("tool-{i}")).with(json!({"description": "x".repeat(4096)})))
+                .collect()
+        };
+        let small = render(&McpServer::test("shop"), &tools(10));
+        assert!(small.problems.is_empty(), "{:?}", small.problems);
+        assert_eq!(small.too_large(), None);
+        let big = render(&McpServer::test("shop"), &tools(300));
+        assert_eq!(big.config.tools.len(), 300);
+        assert!(big.text.len() > MAX_CONFIGMAP_DATA);
+        let message = big.too_large().expect("too large");
+        assert!(
+            message.contains("300 tools") && message.contains("1048576"),
+            "{message}"
         );
     }
 

@@ -44,6 +44,8 @@ pub mod reason {
     pub const SESSION_KEY_ROTATED: &str = "SessionKeyRotated";
     /// The server's own settings do not make a valid ProxyConfig.
     pub const INVALID_SERVER_CONFIG: &str = "InvalidServerConfig";
+    /// The rendered config is larger than a ConfigMap can hold.
+    pub const CONFIG_TOO_LARGE: &str = "ConfigTooLarge";
     /// The Deployment has the sidecar.
     pub const SIDECAR_INJECTED: &str = "SidecarInjected";
     /// The Deployment in workloadRef does not exist.

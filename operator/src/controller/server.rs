@@ -296,6 +296,17 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             generation,
         ));
         has_config
+    } else if let Some(why) = rendered.too_large() {
+        // Written, the API server would refuse it with a 422 every reconcile.
+        let message = format!("{why}; ConfigMap {cm_name} keeps the last config that fit");
+        conditions.push(condition(
+            kind::CONFIG_RENDERED,
+            false,
+            reason::CONFIG_TOO_LARGE,
+            message,
+            generation,
+        ));
+        has_config
     } else {
         let doc = objects::configmap(server, &rendered);
         match apply_owned(ctx, &cms, &doc, live_cm.as_ref(), server).await? {
