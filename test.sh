@@ -4,8 +4,9 @@
 # chart with real helm and promtool; traces into a real OpenTelemetry Collector), then
 # real MCP clients (official Python SDK, official conformance suite) against the built
 # binaries, the Python and TypeScript SDKs against three replicas behind nginx sharing a real
-# Redis, OpenAPI import on 61 real specs, every fuzz target for 30 s, and last the chart,
-# operator, sidecars and gateways in real pods on a real node (e2e/node-suite.sh; needs root). Installs or builds what it needs first (cached under
+# Redis, OpenAPI import on 61 real specs, every fuzz target for 30 s, the chart, operator,
+# sidecars and gateways in real pods on a real node (e2e/node-suite.sh; needs root), and last a
+# short soak with faults (bench/soak.py). Installs or builds what it needs first (cached under
 # ~/.cache/toolgate).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -61,3 +62,7 @@ fuzz/run.sh --seconds "${TOOLGATE_FUZZ_SECONDS:-30}"
 
 step "Toolgate on a real node (kubelet, containerd, kube-proxy, CoreDNS): the chart's operator, sidecars and gateways in pods"
 e2e/node-suite.sh
+
+step "soak with faults: ${TOOLGATE_SOAK_CALLS:-20000} calls against a misbehaving upstream, reloads and SIGHUP storms (bench/soak.py; the full run is 1,000,000)"
+cargo build --release --locked -q -p toolgate-proxy
+python3 bench/soak.py --calls "${TOOLGATE_SOAK_CALLS:-20000}" --proxy "$target_dir/release/toolgate-proxy"
