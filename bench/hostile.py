@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from soak import exchange, free_port, http, proc_stats  # noqa: E402
+from soak import exchange, free_port, proc_stats, verdict, wait_for_ports  # noqa: E402
 
 BASE = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
@@ -198,6 +198,19 @@ async def slowloris(mcp, n, hold, body):
     return f"{n} dripping {'bodies' if body else 'headers'}; {closed} cut off by the proxy within {hold:.0f} s"
 
 
+async def post_once(mcp, headers, body, source="127.0.0.1"):
+    """One request on a new connection from `source`: the status, or the exception's name."""
+    try:
+        r, w = await asyncio.open_connection("127.0.0.1", mcp, local_addr=(source, 0))
+        try:
+            status, _, _ = await asyncio.wait_for(exchange(r, w, "POST", "/mcp", headers, body), 10)
+        finally:
+            w.close()
+    except Exception as e:  # noqa: BLE001 - what the attacker got is the result
+        status = type(e).__name__
+    return status
+
+
 async def flood(mcp, total, sources):
     statuses = {}
     init = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -208,15 +221,7 @@ async def flood(mcp, total, sources):
         nonlocal sent
         while sent < total:
             sent += 1
-            src = sources[sent % len(sources)]
-            try:
-                r, w = await asyncio.open_connection("127.0.0.1", mcp, local_addr=(src, 0))
-                try:
-                    status, _, _ = await asyncio.wait_for(exchange(r, w, "POST", "/mcp", BASE, init), 10)
-                finally:
-                    w.close()
-            except Exception as e:  # noqa: BLE001
-                status = type(e).__name__
+            status = await post_once(mcp, BASE, init, sources[sent % len(sources)])
             statuses[status] = statuses.get(status, 0) + 1
 
     await asyncio.gather(*(worker(k) for k in range(32)))
@@ -226,14 +231,7 @@ async def flood(mcp, total, sources):
 async def garbage(mcp, label, requests):
     statuses = {}
     for headers, body in requests:
-        try:
-            r, w = await asyncio.open_connection("127.0.0.1", mcp)
-            try:
-                status, _, _ = await asyncio.wait_for(exchange(r, w, "POST", "/mcp", headers, body), 10)
-            finally:
-                w.close()
-        except Exception as e:  # noqa: BLE001
-            status = type(e).__name__
+        status = await post_once(mcp, headers, body)
         statuses[status] = statuses.get(status, 0) + 1
     return f"{len(requests)} {label}: {dict(sorted(statuses.items(), key=str))}"
 
@@ -277,13 +275,7 @@ async def main_async(args):
     proxy = subprocess.Popen([args.proxy, "--config", cfg], stdout=subprocess.DEVNULL, stderr=log)
     failed = []
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", mcp), timeout=0.2).close()
-                socket.create_connection(("127.0.0.1", up), timeout=0.2).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
+        await wait_for_ports(mcp, up)
         attacks = [
             ("none (baseline)", lambda: asyncio.sleep(3, result="-")),
             (f"{args.idle} idle connections, one address", lambda: idle_connections(mcp, args.idle, 15)),
@@ -333,12 +325,7 @@ async def main_async(args):
             proxy.wait(timeout=15)
         example.kill()
         log.close()
-    if failed:
-        print("FAILED:", *failed, sep="\n  ")
-        print(f"(proxy log: {work}/proxy.log)")
-        return 1
-    print("ok")
-    return 0
+    return verdict(failed, work)
 
 
 def main():

@@ -163,6 +163,18 @@ policy:
 {tools}"""
 
 
+async def wait_for_ports(*ports):
+    """Until every loopback port accepts connections (10 s at most)."""
+    for _ in range(200):
+        try:
+            for port in ports:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"ports {ports} did not open")
+
+
 def write_atomic(path, text):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -237,13 +249,7 @@ async def run(args):
                              stdout=subprocess.DEVNULL, stderr=log)
     failures = []
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", mcp), timeout=0.2).close()
-                socket.create_connection(("127.0.0.1", up), timeout=0.2).close()
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
+        await wait_for_ports(mcp, up)
         base = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
         init = json.dumps({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "soak", "version": "1"}}}).encode()
@@ -404,6 +410,11 @@ async def run(args):
             proxy.kill()
         upstream.kill()
         log.close()
+    return verdict(failures, work)
+
+
+def verdict(failures, work):
+    """Prints the failures (or ok) and returns the exit status."""
     if failures:
         print("FAILED:", *(f[:300] for f in failures[:20]), sep="\n  ")
         print(f"(proxy log: {work}/proxy.log)")

@@ -499,17 +499,21 @@ pub fn init_from_env() {
     }
 }
 
+/// An OTLP/HTTP exporter builder on `transport`, protobuf, with the export timeout.
+fn over<B: WithExportConfig + WithHttpConfig>(builder: B, transport: &Transport) -> B {
+    builder
+        .with_http_client(transport.clone())
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_timeout(EXPORT_TIMEOUT)
+}
+
 fn init_traces(transport: &Transport, resource: Resource) -> Result<Traces, String> {
     let name = env("OTEL_TRACES_SAMPLER").unwrap_or_default();
     let sampler = sampler(&name, env("OTEL_TRACES_SAMPLER_ARG").as_deref()).unwrap_or_else(|other| {
         tracing::warn!(sampler = %other, "unknown OTEL_TRACES_SAMPLER; using parentbased_always_on");
         Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
     });
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_http_client(transport.clone())
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .with_timeout(EXPORT_TIMEOUT)
+    let exporter = over(opentelemetry_otlp::SpanExporter::builder().with_http(), transport)
         .build()
         .map_err(|e| e.to_string())?;
     let capacity = env("OTEL_BSP_MAX_QUEUE_SIZE")
@@ -544,11 +548,7 @@ fn init_traces(transport: &Transport, resource: Resource) -> Result<Traces, Stri
 }
 
 fn init_metrics(transport: &Transport, resource: Resource) -> Result<Meters, String> {
-    let exporter = opentelemetry_otlp::MetricExporter::builder()
-        .with_http()
-        .with_http_client(transport.clone())
-        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
-        .with_timeout(EXPORT_TIMEOUT)
+    let exporter = over(opentelemetry_otlp::MetricExporter::builder().with_http(), transport)
         .build()
         .map_err(|e| e.to_string())?;
     let provider = SdkMeterProvider::builder()
