@@ -5,6 +5,10 @@ invalid alternately) and SIGHUP storms. A benchmark-style run: it reports figure
 (exit 1) only when an invariant breaks.
 
     bench/soak.py [--calls N] [--concurrency C] [--proxy BIN] [--rss-limit-mib M]
+                  [--reload-every S] [--no-faults]
+
+--no-faults: the upstream always answers well, and every call must succeed (with
+--reload-every 0.2: 1,000 reloads under load in about 200 s, and 0 failed calls).
 
 Invariants checked after the run:
 - every call got an HTTP 200 with the JSON-RPC response of its own id, within the tool's
@@ -265,7 +269,7 @@ async def run(args):
         weights = [w for _, w in KINDS]
         names = [k for k, _ in KINDS]
         rng = random.Random(7)
-        plan = rng.choices(names, weights, k=args.calls)
+        plan = rng.choices(names, weights, k=args.calls) if args.faults else ["ok"] * args.calls
         next_call = 0
         outcomes = {}
         late = []
@@ -324,7 +328,7 @@ async def run(args):
             # before the next, so the counts below are exact.
             generation = 1
             while not done.is_set():
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(args.reload_every)
                 generation += 1
                 valid = generation % 2 == 0
                 seen = reload_counts(await scrape(admin))
@@ -385,11 +389,15 @@ async def run(args):
         for (kind, status, code), n in sorted(outcomes.items()):
             print(f"  {kind:<10} {status:<16} {code or '-':<24} {n}")
         print(f"audit records: {len(ids)}; toolgate_tool_calls_total: +{calls_metric:.0f}")
-        print(f"reloads written: {reloads['valid']} valid, {reloads['invalid']} invalid; applied +{applied:.0f}, refused +{refused:.0f}")
+        print(f"reloads written every {args.reload_every} s: {reloads['valid']} valid, {reloads['invalid']} invalid; applied +{applied:.0f}, refused +{refused:.0f}")
         print(f"RSS: {rss0 / 2**20:.1f} MiB before, peak {peak['rss'] / 2**20:.1f} MiB, {rss1 / 2**20:.1f} MiB after")
         print(f"open fds: {fds0} before, peak {peak['fds']}, {fds1} after")
         print(f"slowest answers over {ANSWER_WITHIN_S:.1f} s: {len(late)}")
 
+        if not args.faults:
+            bad = {k: n for k, n in outcomes.items() if k[1] != "success"}
+            if bad:
+                failures.append(f"calls failed with a well-behaved upstream: {bad}")
         if len(answered) != args.calls:
             failures.append(f"{args.calls - len(answered)} calls got no valid answer")
         if late:
@@ -428,6 +436,8 @@ def main():
     p.add_argument("--calls", type=int, default=1_000_000)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--rss-limit-mib", type=float, default=64)
+    p.add_argument("--reload-every", type=float, default=1.0, help="seconds between config writes")
+    p.add_argument("--no-faults", dest="faults", action="store_false", help="a well-behaved upstream")
     here = os.path.dirname(os.path.abspath(__file__))
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(here, "..", "target"))
     p.add_argument("--proxy", default=os.path.join(target, "release", "toolgate-proxy"))
