@@ -34,6 +34,9 @@
 #   e2e/control-plane.sh stop <dir>                stop both, wait for them to exit
 #   e2e/control-plane.sh restart-apiserver <dir>   stop kube-apiserver only and start it again on
 #                                                  the same port against the same etcd
+#   e2e/control-plane.sh restart-etcd <dir>        stop etcd only (kube-apiserver keeps running)
+#                                                  and start it on the same ports and data; waits
+#                                                  until kube-apiserver's /readyz is ok again
 #   e2e/control-plane.sh status <dir>              exit 0 if both run and /readyz answers ok
 #
 # What `start <dir>` leaves in <dir> (an absolute path is used; no whitespace allowed):
@@ -488,12 +491,17 @@ cmd_stop() {
   log "stopped the control plane in $DIR"
 }
 
+# The ports, address and token of the control plane that runs in $DIR (after load_env).
+running_ports() {
+  API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
+  API_ADDRESS=${ENV_APISERVER_ADDRESS:-127.0.0.1} ADMIN_TOKEN=$ENV_APISERVER_TOKEN
+}
+
 cmd_restart_apiserver() {
   abs_dir "${1:-}"
   load_env
   pid_is_ours "${ENV_ETCD_PID:-}" "$DIR" || die "etcd is not running in $DIR"
-  API_PORT=$ENV_APISERVER_PORT ETCD_PORT=$ENV_ETCD_CLIENT_PORT ETCD_PEER_PORT=$ENV_ETCD_PEER_PORT
-  API_ADDRESS=${ENV_APISERVER_ADDRESS:-127.0.0.1} ADMIN_TOKEN=$ENV_APISERVER_TOKEN
+  running_ports
   local t0 t1 t2
   t0=$(now_ms)
   if pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR"; then
@@ -506,6 +514,28 @@ cmd_restart_apiserver() {
   t2=$(now_ms)
   log "kube-apiserver restarted (pid $APISERVER_PID): stopped in $(fmt_ms $((t1 - t0))) s," \
     "/readyz again after $(fmt_ms $((t2 - t1))) s"
+}
+
+cmd_restart_etcd() {
+  abs_dir "${1:-}"
+  load_env
+  pid_is_ours "${ENV_APISERVER_PID:-}" "$DIR" || die "kube-apiserver is not running in $DIR"
+  running_ports
+  local t0 t1 t2
+  t0=$(now_ms)
+  if pid_is_ours "${ENV_ETCD_PID:-}" "$DIR"; then
+    kill_and_wait "$ENV_ETCD_PID" 30 || die "etcd $ENV_ETCD_PID did not exit"
+  fi
+  t1=$(now_ms)
+  start_etcd || die "etcd did not become healthy (log: $DIR/etcd.log)"
+  write_env "$ENV_APISERVER_PID" "$ETCD_PID"
+  CLEANUP_PIDS=()
+  wait_http kube-apiserver "$ENV_APISERVER_PID" "$DIR/kube-apiserver.log" "$READY_TIMEOUT" \
+    --cacert "$DIR/pki/ca.crt" -H "Authorization: Bearer $ADMIN_TOKEN" \
+    "https://$API_ADDRESS:$API_PORT/readyz" || die "kube-apiserver not ready after the etcd restart"
+  t2=$(now_ms)
+  log "etcd restarted (pid $ETCD_PID): stopped in $(fmt_ms $((t1 - t0))) s," \
+    "kube-apiserver /readyz again after $(fmt_ms $((t2 - t1))) s"
 }
 
 cmd_status() {
@@ -545,6 +575,7 @@ case "${1:-}" in
   start) cmd_start "${2:-}" ;;
   stop) cmd_stop "${2:-}" ;;
   restart-apiserver) cmd_restart_apiserver "${2:-}" ;;
+  restart-etcd) cmd_restart_etcd "${2:-}" ;;
   status) cmd_status "${2:-}" ;;
   *) usage ;;
 esac

@@ -1,7 +1,7 @@
 //! Scale check (a benchmark, not a test): 100 McpServers with 10 McpTools each on a real
 //! kube-apiserver. Measures the time from apply to every ConfigMap rendered, then restarts
-//! the operator on the converged cluster and counts its API writes during the full resync
-//! (target: 0).
+//! the operator on the converged cluster and counts its API reads and writes during the full
+//! resync (target: 0 of each).
 //!
 //!   cargo bench -p toolgate-operator --bench scale          (SCALE_SERVERS / SCALE_TOOLS override)
 
@@ -81,6 +81,7 @@ async fn main() {
         .items
         .len();
     let writes_first = op.total("toolgate_operator_api_writes_total") + 0.0;
+    let reads_first = op.total("toolgate_operator_api_reads_total") + 0.0;
     let reconciles_first = op.total("toolgate_operator_reconciles_total") + 0.0;
     let rss_kib = rss(&op);
     drop(op);
@@ -108,6 +109,8 @@ async fn main() {
     let resync = t.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let writes_resync = op.total("toolgate_operator_api_writes_total") + 0.0;
+    let reads_resync = op.total("toolgate_operator_api_reads_total") + 0.0;
+    let rss_resync = rss(&op);
 
     println!("scale: {servers} McpServers x {tools} McpTools (+{servers} Deployments) on a real kube-apiserver");
     println!("  applied by the client in        {:>8.1} s", applied.as_secs_f64());
@@ -115,16 +118,19 @@ async fn main() {
         "  all Ready with every tool, from the first apply: {:>6.1} s ({n_cms} ConfigMaps)",
         rendered.as_secs_f64()
     );
-    println!("  operator writes to converge     {writes_first:>8} ({reconciles_first} reconciles)");
+    println!(
+        "  operator writes to converge     {writes_first:>8} ({reconciles_first} reconciles, {reads_first} reads)"
+    );
     println!("  operator RSS after converging   {:>8.1} MiB", rss_kib as f64 / 1024.0);
     println!(
-        "  full resync after taking the lease {:>5.1} s, API writes: {writes_resync} (target 0)",
-        resync.as_secs_f64()
+        "  full resync after taking the lease {:>5.1} s, API writes: {writes_resync}, reads: {reads_resync} (target 0 each), RSS {:.1} MiB",
+        resync.as_secs_f64(),
+        rss_resync as f64 / 1024.0
     );
     assert_eq!(
-        writes_resync,
-        0.0,
-        "a converged resync must write nothing: {:?}",
+        (writes_resync, reads_resync),
+        (0.0, 0.0),
+        "a converged resync must write and read nothing: {:?}",
         op.metrics()
     );
 }

@@ -13,6 +13,9 @@ pub struct Metrics {
     pub reconcile_errors: IntCounterVec,
     /// `toolgate_operator_api_writes_total{kind,verb}`: every write the operator sends.
     pub api_writes: IntCounterVec,
+    /// `toolgate_operator_api_reads_total{kind}`: every single-object read the operator sends
+    /// (reconciles read from the watch caches; the initial lists and watches are not counted).
+    pub api_reads: IntCounterVec,
     /// `toolgate_operator_managed_objects{kind}`: McpServers and McpTools seen.
     pub managed: IntGaugeVec,
     /// `toolgate_operator_tools{accepted}`: tools by their Accepted condition, as last rendered.
@@ -60,6 +63,14 @@ impl Metrics {
             &["kind", "verb"],
         )
         .expect("metric");
+        let api_reads = IntCounterVec::new(
+            Opts::new(
+                "toolgate_operator_api_reads_total",
+                "Single-object reads sent to the API server, by kind (reconciles read the watch caches).",
+            ),
+            &["kind"],
+        )
+        .expect("metric");
         let managed = IntGaugeVec::new(
             Opts::new(
                 "toolgate_operator_managed_objects",
@@ -86,6 +97,7 @@ impl Metrics {
             Box::new(reconcile_duration.clone()),
             Box::new(reconcile_errors.clone()),
             Box::new(api_writes.clone()),
+            Box::new(api_reads.clone()),
             Box::new(managed.clone()),
             Box::new(tools.clone()),
             Box::new(leader.clone()),
@@ -99,6 +111,7 @@ impl Metrics {
             reconcile_duration,
             reconcile_errors,
             api_writes,
+            api_reads,
             managed,
             tools,
             leader,
@@ -110,15 +123,21 @@ impl Metrics {
         self.api_writes.with_label_values(&[kind, verb]).inc();
     }
 
+    /// Counts one read of `kind`.
+    pub fn read(&self, kind: &'static str) {
+        self.api_reads.with_label_values(&[kind]).inc();
+    }
+
     /// The name of every metric family this registry can export (also those with no sample
     /// yet); dashboards and alerts are checked against it.
     pub fn names(&self) -> Vec<String> {
         use prometheus::core::Collector;
-        let collectors: [&dyn Collector; 7] = [
+        let collectors: [&dyn Collector; 8] = [
             &self.reconciles,
             &self.reconcile_duration,
             &self.reconcile_errors,
             &self.api_writes,
+            &self.api_reads,
             &self.managed,
             &self.tools,
             &self.leader,

@@ -291,6 +291,55 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
     drop(op);
 }
 
+/// The McpTool list of a namespace with this many tools takes three pages, so a restarted
+/// operator that reconciled before its caches were complete would render a part of them.
+const MANY: usize = 1200;
+
+#[tokio::test]
+async fn a_restarted_operator_never_writes_a_partial_config() {
+    let c = client().await;
+    let ns = namespace(&c, "partial").await;
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    apply_shop_server(&c, &ns).await;
+    let tools = (0..MANY)
+        .map(|i| tool(&format!("tool-{i}"), &format!("tool_{i}"), json!({})))
+        .collect();
+    apply_all(&c, &ns, tools, 16).await;
+    let mut first = Operator::start(&ns, "toolgate", &[]);
+    let served = |n: usize| {
+        let c = c.clone();
+        let ns = ns.clone();
+        move || {
+            let c = c.clone();
+            let ns = ns.clone();
+            async move { (rendered_tools(&config_text(&c, &ns, "shop").await?) == n).then_some(()) }
+        }
+    };
+    eventually("every tool rendered", Duration::from_secs(120), served(MANY)).await;
+    first.stop_with("-KILL");
+
+    // One more tool while no operator runs: the next one must write, and must write them all.
+    let writes = ConfigWrites::watch(&c, &ns);
+    let _: McpTool = apply(&c, &ns, tool("tool-new", "tool_new", json!({}))).await;
+    let second = Operator::start(&ns, "toolgate", &[]);
+    eventually("the new tool rendered", Duration::from_secs(120), served(MANY + 1)).await;
+    let seen = writes.seen();
+    assert!(
+        seen.iter().all(|(_, n)| *n >= MANY),
+        "a ConfigMap was written with fewer tools than exist: {seen:?}\n{}",
+        second.logs()
+    );
+    assert_eq!(
+        second
+            .metrics()
+            .get("toolgate_operator_api_writes_total{kind=\"ConfigMap\",verb=\"apply\"}")
+            .copied(),
+        Some(1.0),
+        "one write of the ConfigMap: {:?}",
+        second.metrics()
+    );
+}
+
 #[tokio::test]
 async fn a_restarted_operator_converges_and_then_writes_nothing() {
     let c = client().await;
@@ -356,6 +405,14 @@ async fn a_restarted_operator_converges_and_then_writes_nothing() {
         "a converged resync must write nothing: {:?}\n{}",
         third.metrics(),
         third.logs()
+    );
+    // Every reconcile read the watch caches: not one object was read on its own.
+    let reads = third.total("toolgate_operator_api_reads_total");
+    assert_eq!(
+        reads,
+        0.0,
+        "a converged resync must read nothing but its watches: {:?}",
+        third.metrics()
     );
 }
 

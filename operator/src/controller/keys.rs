@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::events::EventType;
-use kube::Api;
+use kube::{Api, ResourceExt};
 use tracing::info;
 
 use super::server::{foreign, is_owned_by, publish};
@@ -55,7 +55,9 @@ pub(super) async fn ensure(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let Some(live) = api.get_opt(&name).await? else {
+    let Some(live) =
+        super::cached_or_read(ctx, &ctx.session_keys, &server.namespace().unwrap_or_default(), &name).await?
+    else {
         let doc = session_secret(server, &Keys::fresh(want, now), None);
         match api.create(&kube::api::PostParams::default(), &doc).await {
             Ok(_) => {}
@@ -95,7 +97,13 @@ pub(super) async fn ensure(
     let (next, again) = keys.step(want, now, ctx.defaults.session_key_propagation, ttl);
     if let Some(next) = next {
         let doc = session_secret(server, &next, live.metadata.resource_version.clone());
-        api.replace(&name, &kube::api::PostParams::default(), &doc).await?;
+        match api.replace(&name, &kube::api::PostParams::default(), &doc).await {
+            Ok(_) => {}
+            // The cache was behind the Secret (the precondition on its resourceVersion held):
+            // look again once the watch has caught up.
+            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Ok(Some(std::time::Duration::from_secs(1)))),
+            Err(e) => return Err(e.into()),
+        }
         ctx.metrics.write("Secret", "update");
         let note = format!(
             "Session key generation {}: {:?} (Secret {name})",

@@ -72,8 +72,19 @@ pub struct Context {
     pub servers: Store<McpServer>,
     /// Every McpTool in scope.
     pub tools: Store<McpTool>,
-    /// Metadata of every Deployment in scope (to find the ones carrying a sidecar).
-    pub deployments: Store<PartialObjectMeta<Deployment>>,
+    /// Every Deployment in scope (targets, carriers of a sidecar, gateways), without
+    /// `managedFields`.
+    pub deployments: Store<Deployment>,
+    /// ConfigMaps labelled as the operator's.
+    pub configmaps: Store<ConfigMap>,
+    /// Services labelled as the operator's.
+    pub services: Store<Service>,
+    /// Metadata of every Service in scope (a gateway's upstream opting in).
+    pub upstreams: Store<PartialObjectMeta<Service>>,
+    /// Metadata of every Secret in scope (mounts: present, and labelled for the proxy).
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// Secrets labelled as the operator's (the session keys), with their data.
+    pub session_keys: Store<Secret>,
     /// `ns/tool` → the server whose config it was last rendered into, so a tool moving to
     /// another server also reconciles the one it left.
     pub served: Arc<Mutex<HashMap<String, String>>>,
@@ -97,6 +108,71 @@ impl Context {
 
     fn reset(&self, key: &str) {
         self.failures.lock().expect("lock").remove(key);
+    }
+
+    /// Waits until every watch cache a reconcile reads holds a complete list, so a restarted
+    /// operator never renders a server from the objects seen so far.
+    async fn caches_ready(&self) {
+        let _ = futures::join!(
+            self.servers.wait_until_ready(),
+            self.tools.wait_until_ready(),
+            self.deployments.wait_until_ready(),
+            self.configmaps.wait_until_ready(),
+            self.services.wait_until_ready(),
+            self.upstreams.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.session_keys.wait_until_ready(),
+        );
+    }
+}
+
+/// `ns/name` in `store`.
+pub(crate) fn cached<K>(store: &Store<K>, ns: &str, name: &str) -> Option<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    store.get(&ObjectRef::new(name).within(ns))
+}
+
+/// `name` from a cache of the operator's labelled objects, or else from the API: a miss means
+/// absent, or present without the operator's label (someone else's object of that name).
+/// Only the miss costs a read.
+pub(crate) async fn cached_or_read<K>(
+    ctx: &Context,
+    store: &Store<K>,
+    ns: &str,
+    name: &str,
+) -> Result<Option<Arc<K>>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    if let Some(hit) = cached(store, ns, name) {
+        return Ok(Some(hit));
+    }
+    ctx.metrics.read(kind_label::<K>());
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(api.get_opt(name).await?.map(Arc::new))
+}
+
+/// A bounded `kind` label.
+pub(crate) fn kind_label<K: Resource>() -> &'static str
+where
+    K::DynamicType: Default,
+{
+    match K::kind(&K::DynamicType::default()).as_ref() {
+        "ConfigMap" => "ConfigMap",
+        "Service" => "Service",
+        "Deployment" => "Deployment",
+        "Secret" => "Secret",
+        "McpServer" => "McpServer",
+        "McpTool" => "McpTool",
+        _ => "other",
     }
 }
 
@@ -153,7 +229,12 @@ pub async fn run(
     let ns = cfg.namespace.clone();
     let (servers, server_writer) = reflector::store::<McpServer>();
     let (tools, tool_writer) = reflector::store::<McpTool>();
-    let (deployments, deployment_writer) = reflector::store::<PartialObjectMeta<Deployment>>();
+    let (deployments, deployment_writer) = reflector::store::<Deployment>();
+    let (configmaps, configmap_writer) = reflector::store::<ConfigMap>();
+    let (services, service_writer) = reflector::store::<Service>();
+    let (upstreams, upstream_writer) = reflector::store::<PartialObjectMeta<Service>>();
+    let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let (session_keys, session_key_writer) = reflector::store::<Secret>();
 
     // McpServer: spec changes, deletion and finalizer changes; status-only updates are skipped.
     let server_stream = watcher(api::<McpServer>(&client, &ns), watcher::Config::default())
@@ -166,25 +247,36 @@ pub async fn run(
         .default_backoff()
         .reflect(tool_writer)
         .touched_objects();
-    let deployment_stream = watcher(
-        api::<PartialObjectMeta<Deployment>>(&client, &ns),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(deployment_writer)
-    .touched_objects();
+    // Each trigger stream fills its cache before it triggers, so a reconcile it starts sees
+    // the change that started it. `managedFields` are dropped: nothing reads them.
+    let deployment_stream = watcher(api::<Deployment>(&client, &ns), watcher::Config::default())
+        .default_backoff()
+        .modify(|d| d.managed_fields_mut().clear())
+        .reflect(deployment_writer)
+        .touched_objects();
     let secret_stream = watcher(
         api::<PartialObjectMeta<Secret>>(&client, &ns),
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(|s| s.managed_fields_mut().clear())
+    .reflect(secret_writer)
     .touched_objects();
     let owned = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
-    let cm_stream = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &ns), owned.clone())
+    let cm_stream = watcher(api::<ConfigMap>(&client, &ns), owned.clone())
         .default_backoff()
+        .modify(|c| c.managed_fields_mut().clear())
+        .reflect(configmap_writer)
         .touched_objects();
-    let svc_stream = watcher(api::<PartialObjectMeta<Service>>(&client, &ns), owned)
+    let svc_stream = watcher(api::<Service>(&client, &ns), owned.clone())
         .default_backoff()
+        .modify(|s| s.managed_fields_mut().clear())
+        .reflect(service_writer)
+        .touched_objects();
+    let session_key_stream = watcher(api::<Secret>(&client, &ns), owned)
+        .default_backoff()
+        .modify(|s| s.managed_fields_mut().clear())
+        .reflect(session_key_writer)
         .touched_objects();
 
     // Every Service's metadata: a gateway's upstream Service opting in or out.
@@ -193,6 +285,8 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(|s| s.managed_fields_mut().clear())
+    .reflect(upstream_writer)
     .touched_objects();
 
     let reporter = Reporter {
@@ -209,6 +303,11 @@ pub async fn run(
         servers: servers.clone(),
         tools: tools.clone(),
         deployments: deployments.clone(),
+        configmaps,
+        services,
+        upstreams,
+        secrets,
+        session_keys,
         served: served.clone(),
         failures: Mutex::default(),
     });
@@ -240,7 +339,7 @@ pub async fn run(
     };
     let by_deployment = {
         let servers = servers.clone();
-        move |d: PartialObjectMeta<Deployment>| {
+        move |d: Deployment| {
             let ns = d.metadata.namespace.clone().unwrap_or_default();
             let name = d.metadata.name.clone().unwrap_or_default();
             let mut refs: Vec<ObjectRef<McpServer>> = servers
@@ -288,6 +387,7 @@ pub async fn run(
         )
         .owns_stream(cm_stream)
         .owns_stream(svc_stream)
+        .owns_stream(session_key_stream)
         .watches_stream(tool_stream, by_tool)
         .watches_stream(deployment_stream, by_deployment)
         .watches_stream(secret_stream, by_secret)

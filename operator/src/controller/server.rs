@@ -18,7 +18,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{json, Value};
 use tracing::{info, instrument, warn};
 
-use super::{key, observe, Context, Error, FINALIZER, MANAGER};
+use super::{cached, cached_or_read, key, observe, Context, Error, FINALIZER, MANAGER};
 use crate::crd::{HasConditions, McpServer, McpServerStatus, McpTool, McpToolStatus, ServerMode, ServerSessions};
 use crate::inject::{self, applied_hash, CONTAINER, HASH_ANNOTATION, SERVER_ANNOTATION};
 use crate::objects;
@@ -67,10 +67,9 @@ fn backoff_key(server: &McpServer) -> String {
 pub(super) async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let k = backoff_key(&server);
-    // The McpServer cache is ready before the first reconcile; the tool and Deployment caches
-    // must be too, or a restart would render a server with the tools seen so far.
-    let _ = ctx.tools.wait_until_ready().await;
-    let _ = ctx.deployments.wait_until_ready().await;
+    // Every cache must hold a complete list, or a restart would render a server with the
+    // tools seen so far.
+    ctx.caches_ready().await;
     let api: Api<McpServer> = Api::namespaced(ctx.client.clone(), &server.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, server, |event| async {
         match event {
@@ -150,51 +149,49 @@ enum Applied {
     Foreign,
 }
 
-/// Applies `doc` unless `live` already holds it; never takes over an object the server
-/// does not own.
+/// What `live` says about writing `doc`: `None` when it is to be written.
+fn verdict<K: Resource + serde::Serialize>(doc: &Value, live: &K, server: &McpServer) -> Option<Applied> {
+    if !is_owned_by(live.meta(), server) {
+        return Some(Applied::Foreign);
+    }
+    let same_hash = live
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HASH_ANNOTATION))
+        .map(String::as_str)
+        == applied_hash(doc);
+    (same_hash && is_subset(doc, &serde_json::to_value(live).unwrap_or_default())).then_some(Applied::Unchanged)
+}
+
+/// Applies `doc` unless `cached` (the watch cache's copy) already holds it; never takes over
+/// an object the server does not own. The cache may be behind the API server (an object
+/// written a moment ago, or one without the operator's label that it does not list), so
+/// before a write the API's own copy decides: a resync reads nothing, and a stale cache
+/// costs a read, never a second write.
 async fn apply_owned<K>(
     ctx: &Context,
     api: &Api<K>,
     doc: &Value,
-    live: Option<&K>,
+    cached: Option<&K>,
     server: &McpServer,
 ) -> Result<Applied, Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
     K::DynamicType: Default,
 {
-    let kind = K::kind(&K::DynamicType::default()).to_string();
-    if let Some(live) = live {
-        if !is_owned_by(live.meta(), server) {
-            return Ok(Applied::Foreign);
-        }
-        let live_value = serde_json::to_value(live).unwrap_or_default();
-        let same_hash = live
-            .meta()
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(HASH_ANNOTATION))
-            .map(String::as_str)
-            == applied_hash(doc);
-        if same_hash && is_subset(doc, &live_value) {
-            return Ok(Applied::Unchanged);
-        }
+    if let Some(v) = cached.and_then(|live| verdict(doc, live, server)) {
+        return Ok(v);
     }
     let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    ctx.metrics.read(super::kind_label::<K>());
+    if let Some(v) = api.get_opt(name).await?.and_then(|live| verdict(doc, &live, server)) {
+        return Ok(v);
+    }
     api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(doc))
         .await?;
-    ctx.metrics.write(static_kind(&kind), "apply");
+    ctx.metrics.write(super::kind_label::<K>(), "apply");
     Ok(Applied::Written)
-}
-
-fn static_kind(kind: &str) -> &'static str {
-    match kind {
-        "ConfigMap" => "ConfigMap",
-        "Service" => "Service",
-        "Deployment" => "Deployment",
-        "Secret" => "Secret",
-        _ => "other",
-    }
 }
 
 pub(super) async fn publish(
@@ -255,7 +252,8 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         if missing.contains(&m.secret) || refused.contains(&m.secret) {
             continue;
         }
-        match secrets.get_metadata_opt(&m.secret).await? {
+        // The cache lists every Secret in scope: no read.
+        match cached(&ctx.secrets, &ns, &m.secret) {
             None => missing.push(m.secret.clone()),
             Some(s) if !ctx.guard.secret_allowed(s.metadata.labels.as_ref()) => refused.push(m.secret.clone()),
             Some(_) => {}
@@ -281,7 +279,8 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     }
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let cm_name = configmap_name(server);
-    let live_cm = cms.get_opt(&cm_name).await?;
+    // Labelled as the operator's, so in the cache when it is this server's.
+    let live_cm = cached(&ctx.configmaps, &ns, &cm_name);
     let has_config = live_cm.as_ref().is_some_and(|cm| is_owned_by(&cm.metadata, server));
     let config_ok = if !rendered.problems.is_empty() {
         let message = format!(
@@ -309,7 +308,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         has_config
     } else {
         let doc = objects::configmap(server, &rendered);
-        match apply_owned(ctx, &cms, &doc, live_cm.as_ref(), server).await? {
+        match apply_owned(ctx, &cms, &doc, live_cm.as_deref(), server).await? {
             Applied::Foreign => {
                 let message = foreign("ConfigMap", &cm_name);
                 conditions.push(condition(
@@ -396,7 +395,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             // The operator's own namespace first: whatever the opt-ins there say.
             let keep = (!ctx.guard.protects(&ns)).then_some(target.as_str());
             remove_sidecars(ctx, server, keep, None).await?;
-            if let Some(gw) = deployments.get_metadata_opt(&gateway_name).await? {
+            if let Some(gw) = cached(&ctx.deployments, &ns, &gateway_name) {
                 if is_owned_by(&gw.metadata, server) {
                     deployments.delete(&gateway_name, &DeleteParams::background()).await?;
                     ctx.metrics.write("Deployment", "delete");
@@ -405,7 +404,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
             let live_target = if ctx.guard.protects(&ns) {
                 None
             } else {
-                deployments.get_opt(&target).await?
+                cached(&ctx.deployments, &ns, &target)
             };
             let cond = match live_target {
                 None if ctx.guard.protects(&ns) => protected(&ns, kind::SIDECAR_INJECTED, generation),
@@ -479,7 +478,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         }
         ServerMode::Gateway => {
             remove_sidecars(ctx, server, None, None).await?;
-            let live = deployments.get_opt(&gateway_name).await?;
+            let live = cached(&ctx.deployments, &ns, &gateway_name);
             let ours = live.as_ref().is_some_and(|d| is_owned_by(&d.metadata, server));
             // The Service behind the gateway must agree to be fronted, as a workload must agree
             // to carry a sidecar: an McpServer author could otherwise expose any Service.
@@ -490,9 +489,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                 .as_ref()
                 .map(|s| s.name.clone())
                 .unwrap_or_default();
-            let target = Api::<Service>::namespaced(client.clone(), &ns)
-                .get_metadata_opt(&upstream)
-                .await?;
+            let target = cached(&ctx.upstreams, &ns, &upstream);
             let consent = match &target {
                 None => Some((
                     reason::UPSTREAM_NOT_FOUND,
@@ -520,7 +517,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                 }
                 None => {
                     let doc = objects::gateway(server, &rendered, &ctx.defaults);
-                    if apply_owned(ctx, &deployments, &doc, live.as_ref(), server).await? == Applied::Foreign {
+                    if apply_owned(ctx, &deployments, &doc, live.as_deref(), server).await? == Applied::Foreign {
                         let message = foreign("Deployment", &gateway_name);
                         condition(
                             kind::GATEWAY_AVAILABLE,
@@ -532,7 +529,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
                     } else {
                         selector = Some(objects::gateway_selector(server));
                         let available = live
-                            .and_then(|d| d.status)
+                            .and_then(|d| d.status.clone())
                             .and_then(|s| s.available_replicas)
                             .unwrap_or(0);
                         let want = server.spec.replicas.unwrap_or(2);
@@ -566,11 +563,12 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let svc_name = service_name(server);
     let mut service_problem = None;
-    let live_svc = services.get_opt(&svc_name).await?;
+    // Labelled as the operator's, so in the cache when it is this server's.
+    let live_svc = cached(&ctx.services, &ns, &svc_name);
     match selector {
         Some(sel) if !sel.is_empty() => {
             let doc = objects::service(server, &sel);
-            if apply_owned(ctx, &services, &doc, live_svc.as_ref(), server).await? == Applied::Foreign {
+            if apply_owned(ctx, &services, &doc, live_svc.as_deref(), server).await? == Applied::Foreign {
                 service_problem = Some((reason::RESOURCE_CONFLICT, foreign("Service", &svc_name)));
             }
         }
@@ -726,6 +724,15 @@ async fn inject_sidecar(
     if sidecar_matches(d, &patch) {
         return Ok(());
     }
+    // The cache may be behind a write of a moment ago: the API's copy decides.
+    ctx.metrics.read("Deployment");
+    if api
+        .get_opt(target)
+        .await?
+        .is_some_and(|live| sidecar_matches(&live, &patch))
+    {
+        return Ok(());
+    }
     api.patch(target, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
         .await?;
     ctx.metrics.write("Deployment", "apply");
@@ -759,6 +766,7 @@ async fn remove_sidecars(
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     for d in carriers.into_iter().filter(|d| Some(d.as_str()) != keep) {
         // The cache may be behind: act on what the API says now.
+        ctx.metrics.read("Deployment");
         let Some(live) = api.get_opt(&d).await? else { continue };
         if live.annotations().get(SERVER_ANNOTATION) != Some(&name) {
             continue;
@@ -782,6 +790,7 @@ async fn remove_sidecars(
 /// the empty apply; a half sidecar would block the pods, so remove what is left by index,
 /// guarded by a `test` of the name.
 async fn remove_leftovers(ctx: &Context, api: &Api<Deployment>, name: &str) -> Result<(), Error> {
+    ctx.metrics.read("Deployment");
     let Some(d) = api.get_opt(name).await? else {
         return Ok(());
     };
@@ -842,24 +851,18 @@ async fn cleanup(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
     let gw = objects::gateway_name(server);
-    if deployments
-        .get_metadata_opt(&gw)
-        .await?
-        .is_some_and(|m| is_owned_by(&m.metadata, server))
-    {
+    if cached(&ctx.deployments, &ns, &gw).is_some_and(|m| is_owned_by(&m.metadata, server)) {
         gone(deployments.delete(&gw, &dp).await.map(|_| ()))?;
     }
     let svc = service_name(server);
-    if services
-        .get_metadata_opt(&svc)
+    if cached_or_read(ctx, &ctx.services, &ns, &svc)
         .await?
         .is_some_and(|m| is_owned_by(&m.metadata, server))
     {
         gone(services.delete(&svc, &dp).await.map(|_| ()))?;
     }
     let cm = configmap_name(server);
-    if cms
-        .get_metadata_opt(&cm)
+    if cached_or_read(ctx, &ctx.configmaps, &ns, &cm)
         .await?
         .is_some_and(|m| is_owned_by(&m.metadata, server))
     {

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use tracing::{instrument, warn};
 
 use super::server::set_tool_status;
 use super::{key, observe, Context, Error};
-use crate::crd::{McpServer, McpTool};
+use crate::crd::McpTool;
 use crate::status::{condition, kind, reason};
 
 #[instrument(skip_all, fields(tool = %key(&*tool)))]
@@ -27,8 +27,9 @@ pub(super) async fn reconcile(tool: Arc<McpTool>, ctx: Arc<Context>) -> Result<A
 async fn check(tool: &McpTool, ctx: &Context) -> Result<Action, Error> {
     let ns = tool.namespace().unwrap_or_default();
     let server = &tool.spec.server_ref.name;
-    let servers: Api<McpServer> = Api::namespaced(ctx.client.clone(), &ns);
-    if servers.get_metadata_opt(server).await?.is_none() {
+    // A miss is confirmed in the API: the server cache is another watch than the one that
+    // may have started this reconcile.
+    if super::cached_or_read(ctx, &ctx.servers, &ns, server).await?.is_none() {
         let message = format!("McpServer {server} not found in namespace {ns}; create it or fix spec.serverRef.name");
         let cond = condition(
             kind::ACCEPTED,

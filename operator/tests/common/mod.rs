@@ -585,3 +585,87 @@ pub fn api_error(e: kube::Error) -> (u16, String) {
         other => panic!("expected an API error, got {other}"),
     }
 }
+
+/// Tools in a rendered `proxy.yaml` (the items of its top-level `tools` list).
+pub fn rendered_tools(text: &str) -> usize {
+    text.lines()
+        .skip_while(|l| *l != "tools:")
+        .skip(1)
+        .take_while(|l| l.starts_with(' ') || l.starts_with('-'))
+        .filter(|l| l.starts_with("- "))
+        .count()
+}
+
+/// Every version of every ConfigMap in `ns`, as (name, tools rendered in it), in the order the
+/// API server reported them; the watch resumes from the last version seen across API server
+/// and etcd restarts, so no write in between is missed.
+pub struct ConfigWrites {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, usize)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ConfigWrites {
+    pub fn watch(client: &Client, ns: &str) -> Self {
+        use futures::StreamExt;
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::runtime::{watcher, WatchStreamExt};
+        let seen: std::sync::Arc<std::sync::Mutex<Vec<(String, usize)>>> = Default::default();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let out = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut last: BTreeMap<String, String> = BTreeMap::new();
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(ev) = events.next().await {
+                let Ok(cm) = ev else { continue };
+                let name = cm.metadata.name.clone().unwrap_or_default();
+                let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+                // A re-list after a restart reports the current version again.
+                if last.get(&name) == Some(&rv) {
+                    continue;
+                }
+                last.insert(name.clone(), rv);
+                let Some(text) = cm.data.as_ref().and_then(|d| d.get("proxy.yaml")) else {
+                    continue;
+                };
+                out.lock().unwrap().push((name, rendered_tools(text)));
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// What was seen so far.
+    pub fn seen(&self) -> Vec<(String, usize)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ConfigWrites {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Applies `objects` `at_once` at a time.
+pub async fn apply_all(client: &Client, ns: &str, objects: Vec<Value>, at_once: usize) {
+    use futures::StreamExt;
+    futures::stream::iter(objects)
+        .for_each_concurrent(at_once, |o| async move {
+            let kind = o["kind"].as_str().unwrap_or_default().to_string();
+            match kind.as_str() {
+                "McpTool" => {
+                    let _: McpTool = apply(client, ns, o).await;
+                }
+                "McpServer" => {
+                    let _: McpServer = apply(client, ns, o).await;
+                }
+                "Deployment" => {
+                    let _: Deployment = apply(client, ns, o).await;
+                }
+                other => panic!("apply_all: {other}"),
+            }
+        })
+        .await;
+}
