@@ -200,16 +200,18 @@ pub struct ProvenanceHeaders {
 impl Runtime {
     /// Validates and compiles `config`.
     pub fn compile(mut config: ProxyConfig, generation: u64) -> Result<Self, CompileError> {
-        config.validate().map_err(toolgate_config::LoadError::from)?;
+        // Validating compiles every schema; those validators are the ones kept.
+        let schemas = config
+            .validate_and_compile()
+            .map_err(toolgate_config::LoadError::from)?;
         let upstream = Upstream::new(&config.upstream)?;
         let digest = config_digest(&config);
         let configs = std::mem::take(&mut config.tools);
         let mut tools = Vec::with_capacity(configs.len());
         let mut index = HashMap::with_capacity(configs.len());
-        let patterns = schema::Patterns::default();
-        for (i, t) in configs.into_iter().enumerate() {
+        for (i, (t, schemas)) in configs.into_iter().zip(schemas).enumerate() {
             let name = t.name.clone();
-            let compiled = compile_tool(t, config.upstream.timeout_ms, &patterns).map_err(|(key, msg)| {
+            let compiled = compile_tool(t, schemas, config.upstream.timeout_ms).map_err(|(key, msg)| {
                 toolgate_config::LoadError::from(vec![toolgate_config::ConfigError::new(
                     format!("tools[{i}] ({name}).{key}"),
                     msg,
@@ -412,14 +414,9 @@ impl Runtime {
 
 fn compile_tool(
     mut t: ToolConfig,
+    (input, output): (jsonschema::Validator, Option<jsonschema::Validator>),
     default_timeout_ms: u64,
-    patterns: &schema::Patterns,
 ) -> Result<CompiledTool, (&'static str, String)> {
-    let input = schema::compile(&t.input_schema, patterns).map_err(|e| ("inputSchema", e))?;
-    let output = match &t.output_schema {
-        Some(s) => Some(schema::compile(s, patterns).map_err(|e| ("outputSchema", e))?),
-        None => None,
-    };
     let path = Template::parse(&t.http.path).map_err(|e| ("http.path", e.to_string()))?;
     let mut used: HashSet<String> = path.vars().map(str::to_string).collect();
     let mut query = Vec::with_capacity(t.http.query.len());

@@ -27,11 +27,21 @@ pub const RESERVED_HEADERS: [&str; 11] = [
 /// The largest request body a config may allow (64 MiB).
 pub const MAX_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
+/// Each tool's compiled `inputSchema` and `outputSchema`, in the order of `tools`.
+pub type CompiledSchemas = Vec<(jsonschema::Validator, Option<jsonschema::Validator>)>;
+
 impl ProxyConfig {
     /// Checks everything serde cannot: versions, addresses, URLs, tool names, schemas,
     /// mappings and pointers. Returns every problem found.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        self.validate_and_compile().map(drop)
+    }
+
+    /// [`ProxyConfig::validate`], keeping the schemas it compiled to check them, so a loader
+    /// compiles each once.
+    pub fn validate_and_compile(&self) -> Result<CompiledSchemas, Vec<ConfigError>> {
         let mut errs = Vec::new();
+        let mut compiled = Vec::with_capacity(self.tools.len());
         if self.api_version != API_VERSION {
             errs.push(ConfigError::new(
                 "apiVersion",
@@ -58,7 +68,7 @@ impl ProxyConfig {
                     format!("duplicate tool name `{}` (first declared at tools[{first}])", tool.name),
                 ));
             }
-            validate_tool(tool, &at, &patterns, &mut errs);
+            compiled.extend(validate_tool(tool, &at, &patterns, &mut errs));
             if let Some(role) = &tool.required_role {
                 if !self.policy.roles.contains(role) {
                     errs.push(ConfigError::new(
@@ -78,7 +88,7 @@ impl ProxyConfig {
             }
         }
         if errs.is_empty() {
-            Ok(())
+            Ok(compiled)
         } else {
             Err(errs)
         }
@@ -440,17 +450,24 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-fn validate_tool(tool: &ToolConfig, at: &str, patterns: &crate::schema::Patterns, errs: &mut Vec<ConfigError>) {
+/// Checks `tool`; its compiled schemas when they compile.
+fn validate_tool(
+    tool: &ToolConfig,
+    at: &str,
+    patterns: &crate::schema::Patterns,
+    errs: &mut Vec<ConfigError>,
+) -> Option<(jsonschema::Validator, Option<jsonschema::Validator>)> {
     if !is_valid_tool_name(&tool.name) {
         errs.push(ConfigError::new(
             format!("{at}.name"),
             "must be 1-128 characters of letters, digits, `_`, `-` or `.`",
         ));
     }
-    let declared = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), patterns, errs);
-    if let Some(out) = &tool.output_schema {
-        check_schema(out, &format!("{at}.outputSchema"), patterns, errs);
-    }
+    let (declared, input) = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), patterns, errs).unzip();
+    let output = tool
+        .output_schema
+        .as_ref()
+        .map(|out| check_schema(out, &format!("{at}.outputSchema"), patterns, errs).map(|(_, v)| v));
     if tool.effective_tier() == crate::Tier::Read {
         use crate::Method;
         let method = tool.http.method.as_str();
@@ -630,6 +647,10 @@ fn validate_tool(tool: &ToolConfig, at: &str, patterns: &crate::schema::Patterns
             ));
         }
     }
+    match output {
+        None => Some((input?, None)),
+        Some(out) => Some((input?, Some(out?))),
+    }
 }
 
 fn is_token_byte(b: u8) -> bool {
@@ -644,13 +665,14 @@ fn is_status_key(key: &str) -> bool {
     (b[1].is_ascii_digit() && b[2].is_ascii_digit()) || (b[1] == b'x' && b[2] == b'x')
 }
 
-/// Checks that `schema` is an object schema that compiles; returns its declared property names.
+/// Checks that `schema` is an object schema that compiles; returns its declared property names
+/// and the compiled validator.
 fn check_schema(
     schema: &Value,
     at: &str,
     patterns: &crate::schema::Patterns,
     errs: &mut Vec<ConfigError>,
-) -> Option<BTreeSet<String>> {
+) -> Option<(BTreeSet<String>, jsonschema::Validator)> {
     let Some(obj) = schema.as_object() else {
         errs.push(ConfigError::new(at, "must be a JSON Schema object"));
         return None;
@@ -667,16 +689,19 @@ fn check_schema(
             ),
         ));
     }
-    if let Err(e) = crate::schema::compile(schema, patterns) {
-        errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
-        return None;
-    }
-    Some(
-        obj.get("properties")
-            .and_then(Value::as_object)
-            .map(|p| p.keys().cloned().collect())
-            .unwrap_or_default(),
-    )
+    let validator = match crate::schema::compile(schema, patterns) {
+        Ok(v) => v,
+        Err(e) => {
+            errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
+            return None;
+        }
+    };
+    let declared = obj
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    Some((declared, validator))
 }
 
 #[cfg(test)]
