@@ -56,7 +56,8 @@
 # Environment: TOOLGATE_CACHE (cache root), CONTROL_PLANE_READY_TIMEOUT (seconds, default 90),
 # CONTROL_PLANE_STOP_WITH_PID (start: stop the control plane when that process exits; with
 # CONTROL_PLANE_REMOVE_DIR=1 also remove <dir>; test harnesses use it),
-# CONTROL_PLANE_SERVICE_CIDR (default 127.0.100.0/24: Service ClusterIPs stay on loopback),
+# CONTROL_PLANE_SERVICE_CIDR (default 127.100.0.0/16: Service ClusterIPs stay on loopback, and
+# 65,534 of them hold the Services of the 1,000-server scale bench),
 # CONTROL_PLANE_ADDRESS (default 127.0.0.1: the address kube-apiserver binds and advertises and
 # the kubeconfig names; e2e/node.sh sets its bridge address so pods reach it, and writes the
 # `kubernetes` Service's endpoints itself: the API server's own reconciler holds its shutdown
@@ -75,7 +76,7 @@ ETCD_BIN=$CACHE_DIR/bin/$ETCD_VERSION/etcd
 READY_TIMEOUT=${CONTROL_PLANE_READY_TIMEOUT:-90}
 # Service ClusterIPs come from a loopback range: with no kube-proxy nothing routes them, and a
 # test that connects to one by mistake stays on 127.0.0.0/8 (accepted by v1.34 validation).
-SERVICE_CIDR=${CONTROL_PLANE_SERVICE_CIDR:-127.0.100.0/24}
+SERVICE_CIDR=${CONTROL_PLANE_SERVICE_CIDR:-127.100.0.0/16}
 API_ADDRESS=${CONTROL_PLANE_ADDRESS:-127.0.0.1}
 # The first address of the Service range is the `kubernetes` Service's ClusterIP: in-cluster
 # clients connect to it, so the serving certificate names it.

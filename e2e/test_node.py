@@ -372,7 +372,7 @@ def test_a_broken_config_keeps_the_old_tools_and_the_pod_ready(sidecar):
         ips = [p["status"]["podIP"] for p in sidecar]
         before = {ip: proxy_metric(ip, 'toolgate_config_reloads_total{result="refused"}') for ip in ips}
         kubectl("patch", "configmap", "shop-toolgate", "-n", SIDECAR_NS, "--type", "merge",
-                "-p", json.dumps({"data": {"proxy.yaml": "server: [this is not a config\n"}}))
+                "-p", json.dumps({"data": {"proxy.json": "{\"server\": [this is not a config\n"}}))
         for ip in ips:
             wait(f"{ip} refused the broken config", 90,
                  lambda ip=ip: proxy_metric(ip, 'toolgate_config_reloads_total{result="refused"}') > before[ip])
@@ -385,7 +385,7 @@ def test_a_broken_config_keeps_the_old_tools_and_the_pod_ready(sidecar):
         kubectl("scale", "deployment", op, "-n", op_ns, "--replicas=2")
     # The operator puts its rendering back.
     wait("the ConfigMap repaired", 120, lambda: "get_customer" in kjson(
-        "get", "configmap", "shop-toolgate", "-n", SIDECAR_NS)["data"]["proxy.yaml"])
+        "get", "configmap", "shop-toolgate", "-n", SIDECAR_NS)["data"]["proxy.json"])
     wait("two operator pods Ready", 120, lambda: ready_pods(op_ns, "app.kubernetes.io/name=toolgate", 2, 1))
 
 
@@ -488,7 +488,7 @@ def test_gateway_serves_through_its_clusterip_and_coredns(gateway):
         got = sdk_session(url, mode)
         assert EXPECTED_TOOLS <= got["tools"], got
         assert got["envelope"]["status"] == "success", got
-    cm = kjson("get", "configmap", "shop-toolgate", "-n", GATEWAY_NS)["data"]["proxy.yaml"]
+    cm = kjson("get", "configmap", "shop-toolgate", "-n", GATEWAY_NS)["data"]["proxy.json"]
     assert f"shop-api.{GATEWAY_NS}.svc" in cm, "the upstream is a Service name CoreDNS resolves"
     # Each replica answers on its own.
     for p in gateway:

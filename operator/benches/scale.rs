@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::Api;
 use serde_json::json;
-use toolgate_operator::crd::{McpServer, McpTool};
+use toolgate_operator::crd::McpServer;
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -33,24 +33,22 @@ async fn main() {
     let op = Operator::start(&ns, "toolgate", &[]);
 
     let started = Instant::now();
+    // In the order `kubectl apply -f dir/` would send them, 16 at a time.
+    let mut objects = Vec::with_capacity(servers * (tools + 2));
     for s in 0..servers {
         let server_name = format!("srv-{s}");
-        let _: k8s_openapi::api::apps::v1::Deployment = apply(&c, &ns, deployment(&server_name)).await;
+        objects.push(deployment(&server_name));
         for t in 0..tools {
             let mut doc = tool(&format!("srv-{s}-tool-{t}"), &format!("tool_{t}"), json!({}));
             doc["spec"]["serverRef"]["name"] = server_name.clone().into();
-            let _: McpTool = apply(&c, &ns, doc).await;
+            objects.push(doc);
         }
-        let _: McpServer = apply(
-            &c,
-            &ns,
-            server(
-                &server_name,
-                json!({"workloadRef": {"name": server_name}, "upstream": {"port": 8080}}),
-            ),
-        )
-        .await;
+        objects.push(server(
+            &server_name,
+            json!({"workloadRef": {"name": server_name}, "upstream": {"port": 8080}}),
+        ));
     }
+    apply_all(&c, &ns, objects, 16).await;
     let applied = started.elapsed();
     let want = format!("{tools} tools in ConfigMap");
     eventually("every server rendered", Duration::from_secs(600), || async {

@@ -203,7 +203,7 @@ mod tests {
         let p = sidecar_patch(&s, "shop", &r.mounts, &ProxyDefaults::default());
         let c = &p["spec"]["template"]["spec"]["initContainers"][0];
         assert_eq!(c["restartPolicy"], "Always");
-        assert_eq!(c["args"], json!(["--config", "/etc/toolgate/config/proxy.yaml"]));
+        assert_eq!(c["args"], json!(["--config", "/etc/toolgate/config/proxy.json"]));
         assert_eq!(c["ports"][0]["containerPort"], 8931);
         assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);

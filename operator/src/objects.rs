@@ -48,7 +48,7 @@ fn meta(server: &McpServer, name: &str, component: &str) -> Value {
     })
 }
 
-/// ConfigMap `<server>-toolgate` holding `proxy.yaml`.
+/// ConfigMap `<server>-toolgate` holding `proxy.json`.
 pub fn configmap(server: &McpServer, rendered: &Rendered) -> Value {
     let mut m = meta(server, &configmap_name(server), "config");
     m["annotations"] = json!({CONFIG_HASH_ANNOTATION: rendered.hash});
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(cm["metadata"]["name"], "shop-toolgate");
         assert_eq!(cm["metadata"]["ownerReferences"][0]["uid"], "uid-shop");
         assert_eq!(cm["metadata"]["annotations"][CONFIG_HASH_ANNOTATION], r.hash.as_str());
-        assert_eq!(cm["data"]["proxy.yaml"], r.text.as_str());
+        assert_eq!(cm["data"]["proxy.json"], r.text.as_str());
         let svc = service(&s, &BTreeMap::from([("app".to_string(), "shop".to_string())]));
         assert_eq!(svc["metadata"]["name"], "shop-mcp");
         assert_eq!(svc["spec"]["selector"], json!({"app": "shop"}));

@@ -29,7 +29,10 @@ async fn the_operator_survives_a_kube_apiserver_restart() {
             let cms = cms.clone();
             async move {
                 let cm = cms.get_opt("shop-toolgate").await.ok()??;
-                cm.data?.get("proxy.yaml")?.contains(needle).then_some(())
+                cm.data?
+                    .get(toolgate_operator::render::CONFIG_KEY)?
+                    .contains(needle)
+                    .then_some(())
             }
         }
     };

@@ -248,5 +248,5 @@ async fn config_of(c: &Client, ns: &str, server: &str) -> Option<String> {
         .get_opt(&format!("{server}-toolgate"))
         .await
         .ok()??;
-    cm.data?.get("proxy.yaml").cloned()
+    cm.data?.get(toolgate_operator::render::CONFIG_KEY).cloned()
 }

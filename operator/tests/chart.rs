@@ -282,10 +282,10 @@ async fn the_chart_installs_and_its_service_account_is_enough_and_no_more() {
         .get("shop-toolgate")
         .await
         .unwrap();
-    let text = cm.data.unwrap()["proxy.yaml"].clone();
+    let text = cm.data.unwrap()[toolgate_operator::render::CONFIG_KEY].clone();
     assert!(text.contains("get_customer"));
     assert!(
-        text.contains("sessionKeyFile: /etc/toolgate/secrets/session-keys/keys"),
+        text.contains(r#""sessionKeyFile": "/etc/toolgate/secrets/session-keys/keys""#),
         "{text}"
     );
     // The session key, written with the chart's identity through its admission policy.

@@ -18,11 +18,11 @@ async fn config_text(c: &Client, ns: &str, name: &str) -> Option<String> {
         .get_opt(&format!("{name}-toolgate"))
         .await
         .ok()??;
-    cm.data?.get("proxy.yaml").cloned()
+    cm.data?.get(toolgate_operator::render::CONFIG_KEY).cloned()
 }
 
 fn tool_names(text: &str) -> Vec<String> {
-    let cfg = toolgate_config::parse_yaml(text).expect("the proxy loads the rendered config");
+    let cfg = toolgate_config::parse_text(text).expect("the proxy loads the rendered config");
     cfg.validate().expect("and it validates");
     cfg.tools.iter().map(|t| t.name.clone()).collect()
 }
@@ -134,7 +134,10 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
         .get("shop-toolgate")
         .await
         .unwrap();
-    assert_eq!(tool_names(&cm.data.as_ref().unwrap()["proxy.yaml"]), ["get_customer"]);
+    assert_eq!(
+        tool_names(&cm.data.as_ref().unwrap()[toolgate_operator::render::CONFIG_KEY]),
+        ["get_customer"]
+    );
     assert_eq!(
         cm.metadata.annotations.as_ref().unwrap()["toolgate.dev/config-hash"],
         s["status"]["configHash"].as_str().unwrap()
@@ -315,14 +318,37 @@ async fn a_restarted_operator_never_writes_a_partial_config() {
             async move { (rendered_tools(&config_text(&c, &ns, "shop").await?) == n).then_some(()) }
         }
     };
-    eventually("every tool rendered", Duration::from_secs(120), served(MANY)).await;
+    let rendered = tokio::time::timeout(Duration::from_secs(120), async {
+        while served(MANY)().await.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        rendered.is_ok(),
+        "not every tool was rendered; metrics {}\nlog:\n{}",
+        first.metrics_text(),
+        first.logs()
+    );
     first.stop_with("-KILL");
 
     // One more tool while no operator runs: the next one must write, and must write them all.
     let writes = ConfigWrites::watch(&c, &ns);
     let _: McpTool = apply(&c, &ns, tool("tool-new", "tool_new", json!({}))).await;
     let second = Operator::start(&ns, "toolgate", &[]);
-    eventually("the new tool rendered", Duration::from_secs(120), served(MANY + 1)).await;
+    let rendered = tokio::time::timeout(Duration::from_secs(120), async {
+        while served(MANY + 1)().await.is_none() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        rendered.is_ok(),
+        "the new tool was not rendered; ConfigMap versions {:?}; metrics {}\nlog:\n{}",
+        writes.seen(),
+        second.metrics_text(),
+        second.logs()
+    );
     let seen = writes.seen();
     assert!(
         seen.iter().all(|(_, n)| *n >= MANY),
@@ -460,7 +486,7 @@ async fn gateway_mode_runs_its_own_deployment_and_becomes_ready_when_available()
     );
     let text = config_text(&c, &ns, "shop").await.unwrap();
     assert!(
-        text.contains(&format!("baseUrl: http://shop-api.{ns}.svc:80")),
+        text.contains(&format!(r#""baseUrl": "http://shop-api.{ns}.svc:80""#)),
         "{text}"
     );
 
@@ -537,7 +563,7 @@ async fn a_missing_or_unlabelled_secret_holds_the_sidecar_until_it_may_be_mounte
     assert_eq!(vol["secret"]["secretName"], "shop-keys");
     let text = config_text(&c, &ns, "shop").await.unwrap();
     assert!(
-        text.contains("credentialsFile: /etc/toolgate/secrets/auth-credentials/credentials.yaml"),
+        text.contains(r#""credentialsFile": "/etc/toolgate/secrets/auth-credentials/credentials.yaml""#),
         "{text}"
     );
     assert!(!text.contains("s3cr3t"), "a secret value reached the ConfigMap");
@@ -620,7 +646,7 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
     let t = template(&c, &ns, "shop").await;
     let init = &t["spec"]["initContainers"][0];
     let args: Vec<String> = serde_json::from_value(init["args"].clone()).unwrap();
-    assert_eq!(args, ["--config", "/etc/toolgate/config/proxy.yaml"]);
+    assert_eq!(args, ["--config", "/etc/toolgate/config/proxy.json"]);
     let mount = control_plane().dir.join(format!("{ns}-config"));
     let _projection = Projection::start(&c, &ns, "shop-toolgate", mount.clone()).await;
     let proxy_bin = std::path::Path::new(env!("CARGO_BIN_EXE_toolgate-operator")).with_file_name("toolgate-proxy");
@@ -633,7 +659,7 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
         std::process::Command::new(&proxy_bin)
             .args([
                 "--config",
-                mount.join("proxy.yaml").to_str().unwrap(),
+                mount.join(toolgate_operator::render::CONFIG_KEY).to_str().unwrap(),
                 "--bind-host",
                 "127.0.0.1",
                 "--reload-interval-ms",
@@ -730,14 +756,14 @@ async fn a_moved_tool_leaves_its_old_server_and_hand_edits_are_reverted() {
     cms.patch(
         "billing-toolgate",
         &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"proxy.yaml": "hand edit"}})),
+        &Patch::Merge(json!({"data": {toolgate_operator::render::CONFIG_KEY: "hand edit"}})),
     )
     .await
     .unwrap();
     eventually("the hand edit reverted", WAIT, || async {
         config_text(&c, &ns, "billing")
             .await
-            .filter(|t| t.contains("name: lookup"))
+            .filter(|t| rendered_tools(t) > 0 && tool_names(t).iter().any(|n| n.starts_with("lookup")))
     })
     .await;
 }

@@ -70,15 +70,15 @@ async fn the_session_key_lives_in_an_owned_secret_every_gateway_replica_mounts_a
             .await
             .ok()??
             .data?
-            .remove("proxy.yaml")
+            .remove(toolgate_operator::render::CONFIG_KEY)
     })
     .await;
     for want in [
-        "sessionKeyFile: /etc/toolgate/secrets/session-keys/keys",
-        "sessionTtlSeconds: 600",
-        "url: redis://redis.shared.svc:6379/3",
-        "passwordFile: /etc/toolgate/secrets/store-password/password",
-        &format!("keyPrefix: \"toolgate:{ns}:shop:\""),
+        r#""sessionKeyFile": "/etc/toolgate/secrets/session-keys/keys""#,
+        r#""sessionTtlSeconds": 600"#,
+        r#""url": "redis://redis.shared.svc:6379/3""#,
+        r#""passwordFile": "/etc/toolgate/secrets/store-password/password""#,
+        &format!(r#""keyPrefix": "toolgate:{ns}:shop:""#),
     ] {
         assert!(text.contains(want), "{want} in\n{text}");
     }
@@ -86,7 +86,7 @@ async fn the_session_key_lives_in_an_owned_secret_every_gateway_replica_mounts_a
         !text.contains(&first[0]) && !text.contains("redis-s3cret-pw"),
         "no secret in the ConfigMap"
     );
-    toolgate_config::parse_yaml(&text).expect("the proxy loads it");
+    toolgate_config::parse_text(&text).expect("the proxy loads it");
 
     // Every replica of the gateway mounts the same Secret.
     let gw = eventually("the gateway", WAIT, || async {

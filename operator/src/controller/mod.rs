@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::core::PartialObjectMeta;
@@ -85,6 +85,8 @@ pub struct Context {
     pub secrets: Store<PartialObjectMeta<Secret>>,
     /// Secrets labelled as the operator's (the session keys), with their data.
     pub session_keys: Store<Secret>,
+    /// Which caches hold a complete list.
+    ready: Readiness,
     /// `ns/tool` → the server whose config it was last rendered into, so a tool moving to
     /// another server also reconciles the one it left.
     pub served: Arc<Mutex<HashMap<String, String>>>,
@@ -112,17 +114,44 @@ impl Context {
 
     /// Waits until every watch cache a reconcile reads holds a complete list, so a restarted
     /// operator never renders a server from the objects seen so far.
-    async fn caches_ready(&self) {
-        let _ = futures::join!(
-            self.servers.wait_until_ready(),
-            self.tools.wait_until_ready(),
-            self.deployments.wait_until_ready(),
-            self.configmaps.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.upstreams.wait_until_ready(),
-            self.secrets.wait_until_ready(),
-            self.session_keys.wait_until_ready(),
-        );
+    pub(super) async fn caches_ready(&self) {
+        self.ready.wait().await;
+    }
+}
+
+/// Which of the watch caches hold a complete list: each watch marks its bit when it first
+/// passes `InitDone`, which the reflector has applied by then. Not `Store::wait_until_ready`:
+/// it wakes only the last of several concurrent waiters (a oneshot receiver keeps one waker),
+/// and reconciles of both controllers wait at once, so one of them could sleep forever.
+#[derive(Clone)]
+struct Readiness(Arc<tokio::sync::watch::Sender<u32>>);
+
+impl Readiness {
+    /// Caches: servers, tools, deployments, Secret metadata, ConfigMaps, Services, session
+    /// keys, upstream Service metadata.
+    const CACHES: u32 = 8;
+
+    fn new() -> Self {
+        Self(Arc::new(tokio::sync::watch::channel(0).0))
+    }
+
+    /// Marks cache `bit` ready on its watch's first `InitDone`.
+    fn marker<K>(&self, bit: u32) -> impl FnMut(&watcher::Event<K>) {
+        let tx = self.0.clone();
+        move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                tx.send_if_modified(|m| {
+                    let before = *m;
+                    *m |= 1 << bit;
+                    *m != before
+                });
+            }
+        }
+    }
+
+    async fn wait(&self) {
+        let all = (1 << Self::CACHES) - 1;
+        let _ = self.0.subscribe().wait_for(|m| *m == all).await;
     }
 }
 
@@ -227,6 +256,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = cfg.namespace.clone();
+    let ready = Readiness::new();
     let (servers, server_writer) = reflector::store::<McpServer>();
     let (tools, tool_writer) = reflector::store::<McpTool>();
     let (deployments, deployment_writer) = reflector::store::<Deployment>();
@@ -239,20 +269,31 @@ pub async fn run(
     // McpServer: spec changes, deletion and finalizer changes; status-only updates are skipped.
     let server_stream = watcher(api::<McpServer>(&client, &ns), watcher::Config::default())
         .default_backoff()
+        .modify(|s| s.managed_fields_mut().clear())
         .reflect(server_writer)
+        .inspect_ok(ready.marker(0))
         .applied_objects()
         .predicate_filter(server_changed, Default::default());
 
+    // One watch and one cache of McpTools for both controllers (10,000 tools are most of the
+    // operator's memory): each change goes on to the McpTool controller once it is cached.
+    let (tool_tx, tool_rx) = futures::channel::mpsc::unbounded::<McpTool>();
     let tool_stream = watcher(api::<McpTool>(&client, &ns), watcher::Config::default())
         .default_backoff()
+        .modify(|t| t.managed_fields_mut().clear())
         .reflect(tool_writer)
-        .touched_objects();
+        .inspect_ok(ready.marker(1))
+        .touched_objects()
+        .inspect_ok(move |t| {
+            let _ = tool_tx.unbounded_send(t.clone());
+        });
     // Each trigger stream fills its cache before it triggers, so a reconcile it starts sees
     // the change that started it. `managedFields` are dropped: nothing reads them.
     let deployment_stream = watcher(api::<Deployment>(&client, &ns), watcher::Config::default())
         .default_backoff()
         .modify(|d| d.managed_fields_mut().clear())
         .reflect(deployment_writer)
+        .inspect_ok(ready.marker(2))
         .touched_objects();
     let secret_stream = watcher(
         api::<PartialObjectMeta<Secret>>(&client, &ns),
@@ -261,22 +302,26 @@ pub async fn run(
     .default_backoff()
     .modify(|s| s.managed_fields_mut().clear())
     .reflect(secret_writer)
+    .inspect_ok(ready.marker(3))
     .touched_objects();
     let owned = watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
     let cm_stream = watcher(api::<ConfigMap>(&client, &ns), owned.clone())
         .default_backoff()
         .modify(|c| c.managed_fields_mut().clear())
         .reflect(configmap_writer)
+        .inspect_ok(ready.marker(4))
         .touched_objects();
     let svc_stream = watcher(api::<Service>(&client, &ns), owned.clone())
         .default_backoff()
         .modify(|s| s.managed_fields_mut().clear())
         .reflect(service_writer)
+        .inspect_ok(ready.marker(5))
         .touched_objects();
     let session_key_stream = watcher(api::<Secret>(&client, &ns), owned)
         .default_backoff()
         .modify(|s| s.managed_fields_mut().clear())
         .reflect(session_key_writer)
+        .inspect_ok(ready.marker(6))
         .touched_objects();
 
     // Every Service's metadata: a gateway's upstream Service opting in or out.
@@ -287,6 +332,7 @@ pub async fn run(
     .default_backoff()
     .modify(|s| s.managed_fields_mut().clear())
     .reflect(upstream_writer)
+    .inspect_ok(ready.marker(7))
     .touched_objects();
 
     let reporter = Reporter {
@@ -308,6 +354,7 @@ pub async fn run(
         upstreams,
         secrets,
         session_keys,
+        ready: ready.clone(),
         served: served.clone(),
         failures: Mutex::default(),
     });
@@ -396,24 +443,29 @@ pub async fn run(
         .run(server::reconcile, server::error_policy, ctx.clone())
         .for_each(|_| async {});
 
-    let tool_controller = Controller::new(api::<McpTool>(&client, &ns), watcher::Config::default());
-    let tool_store = tool_controller.store();
-    let tool_controller = tool_controller
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
-        .watches(
-            api::<McpServer>(&client, &ns),
-            watcher::Config::default(),
-            move |s: McpServer| {
-                let ns = s.metadata.namespace.clone();
-                let name = s.name_any();
-                tool_store
-                    .state()
-                    .iter()
-                    .filter(|t| t.metadata.namespace == ns && t.spec.server_ref.name == name)
-                    .map(|t| ObjectRef::from_obj(&**t))
-                    .collect::<Vec<_>>()
-            },
+    let tool_store = tools.clone();
+    let server_meta_stream = watcher(
+        api::<PartialObjectMeta<McpServer>>(&client, &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects();
+    let tool_controller = Controller::for_stream(tool_rx.map(Ok::<_, watcher::Error>), tools.clone())
+        .with_config(
+            ControllerConfig::default()
+                .debounce(Duration::from_millis(200))
+                .concurrency(8),
         )
+        .watches_stream(server_meta_stream, move |s: PartialObjectMeta<McpServer>| {
+            let ns = s.metadata.namespace.clone();
+            let name = s.name_any();
+            tool_store
+                .state()
+                .iter()
+                .filter(|t| t.metadata.namespace == ns && t.spec.server_ref.name == name)
+                .map(|t| ObjectRef::from_obj(&**t))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(stopped(stop_rx))
         .run(tool::reconcile, tool::error_policy, ctx.clone())
         .for_each(|_| async {});

@@ -16,6 +16,9 @@ use crate::status::{condition, kind, reason};
 #[instrument(skip_all, fields(tool = %key(&*tool)))]
 pub(super) async fn reconcile(tool: Arc<McpTool>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
+    // With the server cache complete, a tool whose server exists costs no API read (a
+    // restart over 1,000 tools would otherwise send 1,000 reads at once).
+    ctx.caches_ready().await;
     let result = check(&tool, &ctx).await;
     observe(&ctx, "mcptool", started, &result);
     if result.is_ok() {

@@ -292,7 +292,10 @@ impl Operator {
                 &format!("op-{}", admin.port()),
             ])
             .env("KUBECONFIG", kubeconfig)
-            .env("TOOLGATE_LOG", "info,kube_runtime=warn")
+            .env(
+                "TOOLGATE_LOG",
+                std::env::var("TEST_OPERATOR_LOG").unwrap_or("info,kube_runtime=warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
@@ -316,7 +319,10 @@ impl Operator {
             .args(["--lease-duration-seconds", "3"])
             .args(extra)
             .env("KUBECONFIG", &control_plane().kubeconfig)
-            .env("TOOLGATE_LOG", "info,kube_runtime=warn")
+            .env(
+                "TOOLGATE_LOG",
+                std::env::var("TEST_OPERATOR_LOG").unwrap_or("info,kube_runtime=warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
@@ -586,14 +592,12 @@ pub fn api_error(e: kube::Error) -> (u16, String) {
     }
 }
 
-/// Tools in a rendered `proxy.yaml` (the items of its top-level `tools` list).
+/// Tools in a rendered config (0 when it is not one).
 pub fn rendered_tools(text: &str) -> usize {
-    text.lines()
-        .skip_while(|l| *l != "tools:")
-        .skip(1)
-        .take_while(|l| l.starts_with(' ') || l.starts_with('-'))
-        .filter(|l| l.starts_with("- "))
-        .count()
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v["tools"].as_array().map(Vec::len))
+        .unwrap_or(0)
 }
 
 /// Every version of every ConfigMap in `ns`, as (name, tools rendered in it), in the order the
@@ -627,7 +631,11 @@ impl ConfigWrites {
                     continue;
                 }
                 last.insert(name.clone(), rv);
-                let Some(text) = cm.data.as_ref().and_then(|d| d.get("proxy.yaml")) else {
+                let Some(text) = cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(toolgate_operator::render::CONFIG_KEY))
+                else {
                     continue;
                 };
                 out.lock().unwrap().push((name, rendered_tools(text)));

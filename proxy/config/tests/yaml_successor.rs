@@ -96,7 +96,6 @@ fn every_shipped_yaml_document_reads_as_before() {
         "example/architecture-example.yaml",
         "example/k8s/shop.yaml",
         "example/k8s/tools.yaml",
-        "operator/tests/snapshots/shop.proxy.yaml",
         "charts/toolgate/files/alerts-proxy.yaml",
         "charts/toolgate/files/alerts-operator.yaml",
         "charts/toolgate/tests/alerts_test.yaml",
