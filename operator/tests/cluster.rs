@@ -298,6 +298,17 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
 /// operator that reconciled before its caches were complete would render a part of them.
 const MANY: usize = 1200;
 
+/// Whether the ConfigMap of `shop` holds `n` tools within 120 s.
+async fn wait_rendered(c: &Client, ns: &str, n: usize) -> bool {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while config_text(c, ns, "shop").await.map(|t| rendered_tools(&t)) != Some(n) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
 #[tokio::test]
 async fn a_restarted_operator_never_writes_a_partial_config() {
     let c = client().await;
@@ -309,23 +320,8 @@ async fn a_restarted_operator_never_writes_a_partial_config() {
         .collect();
     apply_all(&c, &ns, tools, 16).await;
     let mut first = Operator::start(&ns, "toolgate", &[]);
-    let served = |n: usize| {
-        let c = c.clone();
-        let ns = ns.clone();
-        move || {
-            let c = c.clone();
-            let ns = ns.clone();
-            async move { (rendered_tools(&config_text(&c, &ns, "shop").await?) == n).then_some(()) }
-        }
-    };
-    let rendered = tokio::time::timeout(Duration::from_secs(120), async {
-        while served(MANY)().await.is_none() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
     assert!(
-        rendered.is_ok(),
+        wait_rendered(&c, &ns, MANY).await,
         "not every tool was rendered; metrics {}\nlog:\n{}",
         first.metrics_text(),
         first.logs()
@@ -336,14 +332,8 @@ async fn a_restarted_operator_never_writes_a_partial_config() {
     let writes = ConfigWrites::watch(&c, &ns);
     let _: McpTool = apply(&c, &ns, tool("tool-new", "tool_new", json!({}))).await;
     let second = Operator::start(&ns, "toolgate", &[]);
-    let rendered = tokio::time::timeout(Duration::from_secs(120), async {
-        while served(MANY + 1)().await.is_none() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
     assert!(
-        rendered.is_ok(),
+        wait_rendered(&c, &ns, MANY + 1).await,
         "the new tool was not rendered; ConfigMap versions {:?}; metrics {}\nlog:\n{}",
         writes.seen(),
         second.metrics_text(),

@@ -277,6 +277,11 @@ pub struct Operator {
     pub log: PathBuf,
 }
 
+/// The operator's log filter: `TEST_OPERATOR_LOG` (for example `debug,hyper=info`) when set.
+fn operator_log() -> String {
+    std::env::var("TEST_OPERATOR_LOG").unwrap_or_else(|_| "info,kube_runtime=warn".into())
+}
+
 impl Operator {
     /// Starts the operator with `kubeconfig` and exactly `args` (plus a loopback admin port).
     pub fn start_as(kubeconfig: &Path, args: &[&str]) -> Self {
@@ -292,10 +297,7 @@ impl Operator {
                 &format!("op-{}", admin.port()),
             ])
             .env("KUBECONFIG", kubeconfig)
-            .env(
-                "TOOLGATE_LOG",
-                std::env::var("TEST_OPERATOR_LOG").unwrap_or("info,kube_runtime=warn".into()),
-            )
+            .env("TOOLGATE_LOG", operator_log())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
@@ -319,10 +321,7 @@ impl Operator {
             .args(["--lease-duration-seconds", "3"])
             .args(extra)
             .env("KUBECONFIG", &control_plane().kubeconfig)
-            .env(
-                "TOOLGATE_LOG",
-                std::env::var("TEST_OPERATOR_LOG").unwrap_or("info,kube_runtime=warn".into()),
-            )
+            .env("TOOLGATE_LOG", operator_log())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
