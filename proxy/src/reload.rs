@@ -15,10 +15,11 @@ use tokio::sync::watch;
 use crate::mcp::Shared;
 use crate::runtime::Runtime;
 
-/// Reads and parses a config file (YAML or JSON).
+/// Reads and parses a config file (YAML or JSON). It is validated when it is compiled
+/// ([`Runtime::compile`]), which every caller does next.
 pub fn load_file(path: &Path) -> Result<toolgate_config::ProxyConfig, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    toolgate_config::parse_text(&text).map_err(|e| e.to_string())
+    toolgate_config::parse_text_unvalidated(&text).map_err(|e| e.to_string())
 }
 
 /// Outcome of one reload attempt.
@@ -36,7 +37,8 @@ pub enum Reloaded {
 /// such as the credentials, changed).
 pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
     let old = shared.runtime.load_full();
-    let config = match toolgate_config::parse_text(text) {
+    // Validated by Runtime::compile below, which keeps the validators it compiles.
+    let config = match toolgate_config::parse_text_unvalidated(text) {
         Ok(c) => c,
         Err(e) => return Reloaded::Refused(e.to_string()),
     };

@@ -47,7 +47,7 @@ impl Default for StartOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The config is invalid.
-    #[error(transparent)]
+    #[error("invalid config {0}")]
     Config(#[from] CompileError),
     /// A listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]

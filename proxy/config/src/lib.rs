@@ -24,7 +24,9 @@ use serde_json::Value;
 
 pub use baseurl::BaseUrl;
 pub use cidr::Cidr;
-pub use parse::{from_value, parse_json, parse_text, parse_yaml, parse_yaml_value, ConfigError, LoadError};
+pub use parse::{
+    from_value, parse_json, parse_text, parse_text_unvalidated, parse_yaml, parse_yaml_value, ConfigError, LoadError,
+};
 pub use policy::*;
 pub use template::{Segment, Template};
 

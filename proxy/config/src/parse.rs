@@ -66,20 +66,32 @@ pub fn parse_yaml(text: &str) -> Result<ProxyConfig, LoadError> {
 }
 
 /// Parses a config file's text: JSON when it is a JSON object (large generated configs, such as
-/// a whole OpenAPI import, read without YAML's node budget), YAML otherwise.
+/// a whole OpenAPI import, read without YAML's node budget), YAML otherwise; then validates it.
 pub fn parse_text(text: &str) -> Result<ProxyConfig, LoadError> {
-    if text.trim_start().starts_with('{') {
-        parse_json(text)
+    let config = parse_text_unvalidated(text)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// [`parse_text`] without the validation, for a caller that validates anyway: the proxy's
+/// `Runtime::compile` runs [`ProxyConfig::validate_and_compile`] and keeps the validators it
+/// builds, so validating here too would compile every schema twice per load.
+pub fn parse_text_unvalidated(text: &str) -> Result<ProxyConfig, LoadError> {
+    let value = if text.trim_start().starts_with('{') {
+        parse_json_value(text)?
     } else {
-        parse_yaml(text)
-    }
+        parse_yaml_value(text)?
+    };
+    deserialize(value)
 }
 
 /// Parses JSON and validates the result.
 pub fn parse_json(text: &str) -> Result<ProxyConfig, LoadError> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| LoadError::from(vec![ConfigError::new("", format!("not valid JSON: {e}"))]))?;
-    from_value(value)
+    from_value(parse_json_value(text)?)
+}
+
+fn parse_json_value(text: &str) -> Result<Value, LoadError> {
+    serde_json::from_str(text).map_err(|e| LoadError::from(vec![ConfigError::new("", format!("not valid JSON: {e}"))]))
 }
 
 /// Parses YAML into a JSON value: mapping keys become strings (`404:` and `"404":` are the same),
@@ -179,16 +191,21 @@ impl<'de> serde::de::Visitor<'de> for JsonVisitor {
 
 /// Deserializes and validates a JSON value.
 pub fn from_value(value: Value) -> Result<ProxyConfig, LoadError> {
-    let config: ProxyConfig = match serde_path_to_error::deserialize(&value) {
-        Ok(c) => c,
+    let config = deserialize(value)?;
+    config.validate()?;
+    Ok(config)
+}
+
+/// Deserializes a JSON value; a type error names its key, and the tool by name.
+fn deserialize(value: Value) -> Result<ProxyConfig, LoadError> {
+    match serde_path_to_error::deserialize(&value) {
+        Ok(c) => Ok(c),
         Err(e) => {
             let path = name_tools_in_path(&e.path().to_string(), &value);
             let path = if path == "." { String::new() } else { path };
-            return Err(vec![ConfigError::new(path, e.into_inner().to_string())].into());
+            Err(vec![ConfigError::new(path, e.into_inner().to_string())].into())
         }
-    };
-    config.validate()?;
-    Ok(config)
+    }
 }
 
 /// `tools[2].http` → `tools[2] (create_ticket).http` when the document names that tool.
@@ -205,5 +222,48 @@ fn name_tools_in_path(path: &str, doc: &Value) -> String {
     match doc.pointer(&format!("/tools/{index}/name")).and_then(Value::as_str) {
         Some(name) => format!("tools[{index}] ({name}){}", &rest[end + 1..]),
         None => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str =
+        "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:1'}\n";
+
+    #[test]
+    fn an_unvalidated_parse_defers_every_check_to_validation_and_loses_none() {
+        // Valid by type, invalid by rule: a duplicate name and a schema that is not an object.
+        let text = format!(
+            "{HEAD}tools:\n  - {{name: a, inputSchema: {{type: object}}, http: {{method: GET, path: /a}}}}\n  \
+             - {{name: a, inputSchema: {{type: array}}, http: {{method: GET, path: /b}}}}\n"
+        );
+        let refused = parse_text(&text).unwrap_err().to_string();
+        let parsed = parse_text_unvalidated(&text).expect("types are right, so it parses");
+        let deferred = LoadError::from(parsed.validate_and_compile().unwrap_err()).to_string();
+        assert_eq!(deferred, refused, "validation finds exactly what parse_text reported");
+        assert!(refused.contains("tools[1] (a).name: duplicate tool name"), "{refused}");
+
+        // The same document as JSON parses to the same config.
+        let value = parse_yaml_value(&text).unwrap();
+        let json = parse_text_unvalidated(&value.to_string()).unwrap();
+        assert_eq!(json, parsed);
+    }
+
+    #[test]
+    fn an_unvalidated_parse_still_refuses_syntax_and_types_with_the_key() {
+        let e = parse_text_unvalidated("{\"apiVersion\": ").unwrap_err().to_string();
+        assert!(e.contains("not valid JSON"), "{e}");
+        let e = parse_text_unvalidated("a: [").unwrap_err().to_string();
+        assert!(e.contains("not valid YAML"), "{e}");
+        let text = format!(
+            "{HEAD}tools:\n  - {{name: find, inputSchema: {{type: object}}, http: {{method: GET, path: /a, timeoutMs: soon}}}}\n"
+        );
+        let e = parse_text_unvalidated(&text).unwrap_err().to_string();
+        assert!(
+            e.contains("tools[0] (find).http"),
+            "the key and the tool are named: {e}"
+        );
     }
 }
