@@ -144,6 +144,30 @@ pub fn call_result_json(envelope_json: &str, is_error: bool) -> String {
     out
 }
 
+/// Appends the published `outputSchema` of `tool` to `out` as JSON text: the text of
+/// [`output_schema`]. Without a data schema the envelope differs between tools only in
+/// `toolName`'s `const`, so it is rendered once per process and the name spliced in (a
+/// 1,000-tool load spent a third of its time building and serializing the same tree).
+pub fn write_output_schema(out: &mut String, tool: &str, data_schema: Option<&Value>) {
+    static SHARED: std::sync::LazyLock<(String, String)> = std::sync::LazyLock::new(|| {
+        // A name no tool can have (tool names are `A-Z a-z 0-9 _ - .`).
+        const MARKER: &str = "\u{1}toolName\u{1}";
+        let text = output_schema(MARKER, None).to_string();
+        let (before, after) = text
+            .split_once(&Value::from(MARKER).to_string())
+            .expect("the envelope schema names the tool once");
+        (before.to_string(), after.to_string())
+    });
+    match data_schema {
+        None => {
+            out.push_str(&SHARED.0);
+            out.push_str(&Value::from(tool).to_string());
+            out.push_str(&SHARED.1);
+        }
+        Some(_) => out.push_str(&output_schema(tool, data_schema).to_string()),
+    }
+}
+
 /// The published `outputSchema`: the envelope, with `data` held to the tool's own schema
 /// whenever `status` is `success`.
 pub fn output_schema(tool: &str, data_schema: Option<&Value>) -> Value {
@@ -192,6 +216,26 @@ pub fn output_schema(tool: &str, data_schema: Option<&Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_spliced_output_schema_is_the_rendered_one() {
+        for (tool, data) in [
+            ("get_customer", None),
+            ("a.b-c_9", None),
+            ("quote\"and\\slash", None),
+            (
+                "typed",
+                Some(json!({"type": "object", "$defs": {"x": {"type": "string"}}})),
+            ),
+        ] {
+            let mut out = String::from("[");
+            write_output_schema(&mut out, tool, data.as_ref());
+            out.push(']');
+            let parsed: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(parsed[0], output_schema(tool, data.as_ref()), "{tool}");
+            assert_eq!(parsed[0]["properties"]["toolName"]["const"], tool);
+        }
+    }
 
     #[test]
     fn envelope_has_every_key_even_when_empty() {

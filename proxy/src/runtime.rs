@@ -463,7 +463,7 @@ fn compile_tool(
     }
     let tier = t.effective_tier();
     let safety = t.effective_safety();
-    let listing = listing(&t).to_string().into_boxed_str();
+    let listing = listing(&t).into_boxed_str();
     let input_has_refs = schema::has_refs(&t.input_schema);
     // Compiled into `input`/`output` and rendered into `listing`: the value trees are not kept.
     t.input_schema = Value::Null;
@@ -511,7 +511,15 @@ fn declared_only(schema: &Value) -> Option<HashSet<String>> {
     (!explicit_extra).then(|| props.keys().cloned().collect())
 }
 
-fn listing(t: &ToolConfig) -> Value {
+/// The tool's `tools/list` entry as JSON text, written piece by piece so the envelope's output
+/// schema is spliced in as text ([`envelope::write_output_schema`]) rather than built as a tree.
+fn listing(t: &ToolConfig) -> String {
+    fn push(out: &mut String, key: &str, value: &impl serde::Serialize) {
+        out.push_str(if out.len() > 1 { ",\"" } else { "\"" });
+        out.push_str(key);
+        out.push_str("\":");
+        out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "null".into()));
+    }
     let a = t.effective_annotations();
     let mut annotations = json!({
         "readOnlyHint": a.read_only_hint,
@@ -519,16 +527,18 @@ fn listing(t: &ToolConfig) -> Value {
         "idempotentHint": a.idempotent_hint,
         "openWorldHint": a.open_world_hint,
     });
-    let mut entry = json!({
-        "name": t.name,
-        "description": t.published_description(),
-        "inputSchema": t.input_schema,
-        "outputSchema": envelope::output_schema(&t.name, t.output_schema.as_ref()),
-    });
+    let mut out = String::with_capacity(2048);
+    out.push('{');
+    push(&mut out, "name", &t.name);
+    push(&mut out, "description", &t.published_description());
+    push(&mut out, "inputSchema", &t.input_schema);
+    out.push_str(",\"outputSchema\":");
+    envelope::write_output_schema(&mut out, &t.name, t.output_schema.as_ref());
     if let Some(title) = &t.title {
-        entry["title"] = json!(title);
+        push(&mut out, "title", title);
         annotations["title"] = json!(title);
     }
-    entry["annotations"] = annotations;
-    entry
+    push(&mut out, "annotations", &annotations);
+    out.push('}');
+    out
 }
