@@ -21,6 +21,8 @@ command -v valgrind >/dev/null || { echo "valgrind is needed (Debian: apt-get in
 cargo build --release --locked -q -p toolgate-proxy -p toolgate-example-service
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$target_dir/release"
+# PROXY_BIN: another proxy binary to measure (an A/B comparison of two builds in one session).
+PROXY_BIN=${PROXY_BIN:-$BIN/toolgate-proxy}
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -37,7 +39,7 @@ measure() {
   BENCH_POLICY=$policy python3 bench/config.py "$work/$name/proxy.yaml" "$UP" "$mcp" "$admin"
   out=$work/$name/callgrind.out
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-    "$BIN/toolgate-proxy" --config "$work/$name/proxy.yaml" >"$work/$name/proxy.log" 2>&1 &
+    "$PROXY_BIN" --config "$work/$name/proxy.yaml" >"$work/$name/proxy.log" 2>&1 &
   vg=$!
   pids+=("$vg")
   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break; sleep 0.1; done

@@ -23,6 +23,8 @@ command -v wrk >/dev/null || { echo "wrk is needed (Debian: apt-get install wrk)
 cargo build --release --locked -q -p toolgate-proxy -p toolgate-example-service
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$target_dir/release"
+# PROXY_BIN: another proxy binary to measure (an A/B comparison of two builds in one session).
+PROXY_BIN=${PROXY_BIN:-$BIN/toolgate-proxy}
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -35,7 +37,7 @@ UP=$(free_port); MCP=$(free_port); ADMIN=$(free_port)
 python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
 
 "$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
-"$BIN/toolgate-proxy" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
+"$PROXY_BIN" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
 
 SHARED=${BENCH_SHARED:-0}
@@ -54,7 +56,7 @@ text = text.replace(f"adminListen: 127.0.0.1:{admin}", f"adminListen: 127.0.0.1:
 text = text.replace("  rateLimit:", f"  rateLimit:\n    store: {{redis: {{url: 'redis://127.0.0.1:{rport}/0'}}}}", 1)
 open(dst, "w").write(text)
 PY
-  "$BIN/toolgate-proxy" --config "$work/shared.yaml" >"$work/shared.log" 2>&1 & PROXY2=$!; pids+=($PROXY2)
+  "$PROXY_BIN" --config "$work/shared.yaml" >"$work/shared.log" 2>&1 & PROXY2=$!; pids+=($PROXY2)
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN2/readyz" >/dev/null && break; sleep 0.1; done
 fi
 tools=$(curl -sf "http://127.0.0.1:$ADMIN/readyz" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tools"])')

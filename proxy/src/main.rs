@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use toolgate_proxy::{reload, start, StartOptions};
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const EX_USAGE: u8 = 64;
 
 const USAGE: &str = "usage:
