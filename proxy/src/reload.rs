@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::mcp::Shared;
@@ -85,7 +86,8 @@ pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
 pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut stop: watch::Receiver<bool>) {
     // Start with no remembered content: the first tick parses the file and compares it with
     // the config being served, so a change made before this task first ran is not missed.
-    let mut last: Option<(Vec<u8>, [u8; 32])> = None;
+    // The file is remembered by its SHA-256, not its bytes (a 1,000-tool config is 600 KB).
+    let mut last: Option<([u8; 32], [u8; 32])> = None;
     let mut last_error: Option<String> = None;
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
@@ -127,7 +129,7 @@ pub async fn watch(path: PathBuf, shared: Arc<Shared>, interval: Duration, mut s
         let refs = crate::runtime::fingerprint(&served.files);
         let refs_changed = refs != served.files_fingerprint;
         // Do not retry a refused attempt until something changes again.
-        let attempt = (bytes.clone(), refs);
+        let attempt = (Sha256::digest(&bytes).into(), refs);
         if last.as_ref() == Some(&attempt) {
             continue;
         }

@@ -81,8 +81,9 @@ pub struct CompiledTool {
     pub evidence: Vec<(String, Pointer)>,
     /// Exact-status overrides.
     pub statuses: HashMap<u16, StatusMapping>,
-    /// Class overrides, indexed by the first digit.
-    pub classes: [Option<StatusMapping>; 6],
+    /// Class overrides, indexed by the first digit; empty when the tool has none (most do not,
+    /// and six inline mappings were a third of each compiled tool's size).
+    pub classes: Box<[Option<StatusMapping>]>,
     /// The `tools/list` entry, as JSON text: a page is these joined, with no value tree kept
     /// per tool (the envelope's output schema alone is dozens of maps).
     pub listing: Box<str>,
@@ -447,13 +448,19 @@ fn compile_tool(
             .collect()
     };
     let mut statuses = HashMap::new();
-    let mut classes: [Option<StatusMapping>; 6] = Default::default();
+    let mut classes: Vec<Option<StatusMapping>> = Vec::new();
     for (key, mapping) in &t.response.statuses {
         if let Some(class) = key.strip_suffix("xx") {
             let d: usize = class
                 .parse()
                 .map_err(|_| ("response.statuses", format!("bad key `{key}`")))?;
-            classes[d] = Some(mapping.clone());
+            if classes.is_empty() {
+                classes.resize(6, None);
+            }
+            let slot = classes
+                .get_mut(d)
+                .ok_or_else(|| ("response.statuses", format!("bad key `{key}`")))?;
+            *slot = Some(mapping.clone());
         } else {
             let code: u16 = key
                 .parse()
@@ -493,7 +500,7 @@ fn compile_tool(
             })
             .collect::<Result<_, _>>()?,
         statuses,
-        classes,
+        classes: classes.into_boxed_slice(),
         listing,
         config: t,
     })
