@@ -144,11 +144,11 @@ pub fn call_result_json(envelope_json: &str, is_error: bool) -> String {
     out
 }
 
-/// Appends the published `outputSchema` of `tool` to `out` as JSON text: the text of
-/// [`output_schema`]. Without a data schema the envelope differs between tools only in
-/// `toolName`'s `const`, so it is rendered once per process and the name spliced in (a
-/// 1,000-tool load spent a third of its time building and serializing the same tree).
-pub fn write_output_schema(out: &mut String, tool: &str, data_schema: Option<&Value>) {
+/// The envelope's `outputSchema` for a tool without one of its own, as JSON text before and after
+/// the tool's name: it differs between such tools only in `toolName`'s `const`, so it is rendered
+/// once per process (a 1,000-tool load spent a third of its time building and serializing the
+/// same tree per tool, and kept a kilobyte of the same text per tool).
+fn shared_output_schema() -> &'static (String, String) {
     static SHARED: std::sync::LazyLock<(String, String)> = std::sync::LazyLock::new(|| {
         // A name no tool can have (tool names are `A-Z a-z 0-9 _ - .`).
         const MARKER: &str = "\u{1}toolName\u{1}";
@@ -158,13 +158,57 @@ pub fn write_output_schema(out: &mut String, tool: &str, data_schema: Option<&Va
             .expect("the envelope schema names the tool once");
         (before.to_string(), after.to_string())
     });
-    match data_schema {
-        None => {
-            out.push_str(&SHARED.0);
-            out.push_str(&Value::from(tool).to_string());
-            out.push_str(&SHARED.1);
+    &SHARED
+}
+
+/// A tool's `tools/list` entry as JSON text, kept in parts so that the envelope's output schema
+/// is held once per process ([`shared_output_schema`]) rather than once per tool.
+#[derive(Debug, Hash)]
+pub struct Listing {
+    /// The entry up to its `outputSchema` value, or through it when the tool has its own.
+    before: Box<str>,
+    /// The tool's name as a JSON string, when the shared envelope is the `outputSchema`.
+    shared_for: Option<Box<str>>,
+    /// The entry after its `outputSchema` value.
+    after: Box<str>,
+}
+
+impl Listing {
+    /// The entry of tool `name`, from the JSON text of its members before `outputSchema`
+    /// (`{"name":…,…`, without a trailing comma) and after it (`,"title":…}`).
+    pub fn new(name: &str, before: &str, data_schema: Option<&Value>, after: &str) -> Self {
+        let mut head = format!("{before},\"outputSchema\":");
+        let shared_for = match data_schema {
+            None => Some(Value::from(name).to_string().into_boxed_str()),
+            Some(_) => {
+                head.push_str(&output_schema(name, data_schema).to_string());
+                None
+            }
+        };
+        Self {
+            before: head.into_boxed_str(),
+            shared_for,
+            after: after.into(),
         }
-        Some(_) => out.push_str(&output_schema(tool, data_schema).to_string()),
+    }
+
+    /// Length of the text [`Listing::write`] appends.
+    pub fn text_len(&self) -> usize {
+        let (a, b) = shared_output_schema();
+        let shared = self.shared_for.as_ref().map_or(0, |n| a.len() + n.len() + b.len());
+        self.before.len() + shared + self.after.len()
+    }
+
+    /// Appends the entry's JSON text to `out`.
+    pub fn write(&self, out: &mut String) {
+        out.push_str(&self.before);
+        if let Some(name) = &self.shared_for {
+            let (a, b) = shared_output_schema();
+            out.push_str(a);
+            out.push_str(name);
+            out.push_str(b);
+        }
+        out.push_str(&self.after);
     }
 }
 
@@ -218,7 +262,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_spliced_output_schema_is_the_rendered_one() {
+    fn a_listing_writes_the_rendered_output_schema() {
         for (tool, data) in [
             ("get_customer", None),
             ("a.b-c_9", None),
@@ -228,12 +272,18 @@ mod tests {
                 Some(json!({"type": "object", "$defs": {"x": {"type": "string"}}})),
             ),
         ] {
-            let mut out = String::from("[");
-            write_output_schema(&mut out, tool, data.as_ref());
-            out.push(']');
+            let before = format!(r#"{{"name":{}"#, Value::from(tool));
+            let listing = Listing::new(tool, &before, data.as_ref(), r#","annotations":{}}"#);
+            let mut out = String::new();
+            listing.write(&mut out);
+            assert_eq!(out.len(), listing.text_len(), "{tool}");
             let parsed: Value = serde_json::from_str(&out).unwrap();
-            assert_eq!(parsed[0], output_schema(tool, data.as_ref()), "{tool}");
-            assert_eq!(parsed[0]["properties"]["toolName"]["const"], tool);
+            assert_eq!(
+                parsed,
+                json!({"name": tool, "outputSchema": output_schema(tool, data.as_ref()), "annotations": {}}),
+                "{tool}"
+            );
+            assert_eq!(parsed["outputSchema"]["properties"]["toolName"]["const"], tool);
         }
     }
 

@@ -86,7 +86,7 @@ pub struct CompiledTool {
     pub classes: Box<[Option<StatusMapping>]>,
     /// The `tools/list` entry, as JSON text: a page is these joined, with no value tree kept
     /// per tool (the envelope's output schema alone is dozens of maps).
-    pub listing: Box<str>,
+    pub listing: envelope::Listing,
 }
 
 /// The compiled, immutable serving state of one config generation.
@@ -470,7 +470,7 @@ fn compile_tool(
     }
     let tier = t.effective_tier();
     let safety = t.effective_safety();
-    let listing = listing(&t).into_boxed_str();
+    let listing = listing(&t);
     let input_has_refs = schema::has_refs(&t.input_schema);
     // Compiled into `input`/`output` and rendered into `listing`: the value trees are not kept.
     t.input_schema = Value::Null;
@@ -518,9 +518,9 @@ fn declared_only(schema: &Value) -> Option<HashSet<String>> {
     (!explicit_extra).then(|| props.keys().cloned().collect())
 }
 
-/// The tool's `tools/list` entry as JSON text, written piece by piece so the envelope's output
-/// schema is spliced in as text ([`envelope::write_output_schema`]) rather than built as a tree.
-fn listing(t: &ToolConfig) -> String {
+/// The tool's `tools/list` entry, written as JSON text member by member around the output
+/// schema, which [`envelope::Listing`] shares between tools.
+fn listing(t: &ToolConfig) -> envelope::Listing {
     fn push(out: &mut String, key: &str, value: &impl serde::Serialize) {
         out.push_str(if out.len() > 1 { ",\"" } else { "\"" });
         out.push_str(key);
@@ -534,18 +534,68 @@ fn listing(t: &ToolConfig) -> String {
         "idempotentHint": a.idempotent_hint,
         "openWorldHint": a.open_world_hint,
     });
-    let mut out = String::with_capacity(2048);
-    out.push('{');
-    push(&mut out, "name", &t.name);
-    push(&mut out, "description", &t.published_description());
-    push(&mut out, "inputSchema", &t.input_schema);
-    out.push_str(",\"outputSchema\":");
-    envelope::write_output_schema(&mut out, &t.name, t.output_schema.as_ref());
+    let mut before = String::from("{");
+    push(&mut before, "name", &t.name);
+    push(&mut before, "description", &t.published_description());
+    push(&mut before, "inputSchema", &t.input_schema);
+    // `after` starts with the comma that follows the output schema.
+    let mut after = String::from("{");
     if let Some(title) = &t.title {
-        push(&mut out, "title", title);
+        push(&mut after, "title", title);
         annotations["title"] = json!(title);
     }
-    push(&mut out, "annotations", &annotations);
-    out.push('}');
-    out
+    push(&mut after, "annotations", &annotations);
+    after.replace_range(..1, ",");
+    after.push('}');
+    envelope::Listing::new(&t.name, &before, t.output_schema.as_ref(), &after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listing_is_the_entry_tools_list_publishes() {
+        let text = "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:9'}\ntools:\n  \
+            - {name: plain, description: Reads, inputSchema: {type: object}, http: {method: GET, path: /a}}\n  \
+            - {name: titled, title: 'A \"titled\" one', description: Writes, inputSchema: {type: object, properties: {n: {type: integer}}}, \
+               outputSchema: {type: object}, http: {method: POST, path: /b}}\n";
+        let rt = Runtime::compile(toolgate_config::parse_yaml(text).unwrap(), 1).unwrap();
+        for (t, keys) in [
+            (
+                "plain",
+                vec!["name", "description", "inputSchema", "outputSchema", "annotations"],
+            ),
+            (
+                "titled",
+                vec![
+                    "name",
+                    "description",
+                    "inputSchema",
+                    "outputSchema",
+                    "title",
+                    "annotations",
+                ],
+            ),
+        ] {
+            let tool = rt.tool(t).unwrap();
+            let mut out = String::new();
+            tool.listing.write(&mut out);
+            let entry: serde_json::Map<String, Value> = serde_json::from_str(&out).unwrap();
+            assert_eq!(entry.keys().map(String::as_str).collect::<Vec<_>>(), keys, "{out}");
+            assert_eq!(entry["name"], t);
+            assert_eq!(entry["outputSchema"]["properties"]["toolName"]["const"], t);
+            assert_eq!(entry["annotations"]["readOnlyHint"], t == "plain");
+        }
+        let mut out = String::new();
+        rt.tool("titled").unwrap().listing.write(&mut out);
+        let entry: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(entry["title"], "A \"titled\" one");
+        assert_eq!(entry["annotations"]["title"], "A \"titled\" one");
+        assert_eq!(entry["inputSchema"]["properties"]["n"]["type"], "integer");
+        assert!(
+            entry["outputSchema"]["then"].is_object(),
+            "its own outputSchema holds `data`"
+        );
+    }
 }

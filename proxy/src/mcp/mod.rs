@@ -1121,13 +1121,13 @@ pub(crate) fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Opti
     let end = (start + page).min(tools.len());
     // The page is written as text from each tool's listing text.
     let page: &[&CompiledTool] = &tools[start..end];
-    let mut out = String::with_capacity(page.iter().map(|t| t.listing.len() + 1).sum::<usize>() + 96);
+    let mut out = String::with_capacity(page.iter().map(|t| t.listing.text_len() + 1).sum::<usize>() + 96);
     out.push_str(r#"{"tools":["#);
     for (i, t) in page.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        out.push_str(&t.listing);
+        t.listing.write(&mut out);
     }
     out.push(']');
     if end < tools.len() {
