@@ -521,8 +521,9 @@ fn declared_only(schema: &Value) -> Option<HashSet<String>> {
 /// The tool's `tools/list` entry, written as JSON text member by member around the output
 /// schema, which [`envelope::Listing`] shares between tools.
 fn listing(t: &ToolConfig) -> envelope::Listing {
-    fn push(out: &mut String, key: &str, value: &impl serde::Serialize) {
-        out.push_str(if out.len() > 1 { ",\"" } else { "\"" });
+    /// Appends `,"key":value`.
+    fn member(out: &mut String, key: &str, value: &impl serde::Serialize) {
+        out.push_str(",\"");
         out.push_str(key);
         out.push_str("\":");
         out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "null".into()));
@@ -534,18 +535,15 @@ fn listing(t: &ToolConfig) -> envelope::Listing {
         "idempotentHint": a.idempotent_hint,
         "openWorldHint": a.open_world_hint,
     });
-    let mut before = String::from("{");
-    push(&mut before, "name", &t.name);
-    push(&mut before, "description", &t.published_description());
-    push(&mut before, "inputSchema", &t.input_schema);
-    // `after` starts with the comma that follows the output schema.
-    let mut after = String::from("{");
+    let mut before = format!("{{\"name\":{}", Value::from(t.name.as_str()));
+    member(&mut before, "description", &t.published_description());
+    member(&mut before, "inputSchema", &t.input_schema);
+    let mut after = String::new();
     if let Some(title) = &t.title {
-        push(&mut after, "title", title);
+        member(&mut after, "title", title);
         annotations["title"] = json!(title);
     }
-    push(&mut after, "annotations", &annotations);
-    after.replace_range(..1, ",");
+    member(&mut after, "annotations", &annotations);
     after.push('}');
     envelope::Listing::new(&t.name, &before, t.output_schema.as_ref(), &after)
 }
