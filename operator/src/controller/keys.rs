@@ -55,19 +55,29 @@ pub(super) async fn ensure(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    let Some(live) =
-        super::cached_or_read(ctx, &ctx.session_keys, &server.namespace().unwrap_or_default(), &name).await?
-    else {
-        let doc = session_secret(server, &Keys::fresh(want, now), None);
-        match api.create(&kube::api::PostParams::default(), &doc).await {
-            Ok(_) => {}
-            // Created meanwhile (another reconcile): look again shortly.
-            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Ok(Some(std::time::Duration::from_secs(1)))),
-            Err(e) => return Err(e.into()),
+    let ns = server.namespace().unwrap_or_default();
+    // A miss in the cache of the operator's labelled Secrets: absent, just made, or someone
+    // else's. Creating it asks the API server which, without a read first.
+    let live = match super::cached(&ctx.session_keys, &ns, &name) {
+        Some(live) => live,
+        None => {
+            let doc = session_secret(server, &Keys::fresh(want, now), None);
+            match api.create(&kube::api::PostParams::default(), &doc).await {
+                Ok(_) => {
+                    ctx.metrics.write("Secret", "create");
+                    info!(secret = %name, "session key created");
+                    return Ok(Ok(None));
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            ctx.metrics.read("Secret");
+            match api.get_opt(&name).await? {
+                Some(live) => std::sync::Arc::new(live),
+                // Deleted again meanwhile: look again shortly.
+                None => return Ok(Ok(Some(std::time::Duration::from_secs(1)))),
+            }
         }
-        ctx.metrics.write("Secret", "create");
-        info!(secret = %name, "session key created");
-        return Ok(Ok(None));
     };
     // Owned, and labelled as the operator's: with the chart, only the operator may write that
     // label on a Secret, so an owner reference someone else copied is not enough.

@@ -1,9 +1,12 @@
 //! The controllers: McpServer (renders, injects, reports) and McpTool (reports tools whose
 //! server does not exist). Context, errors, backoff and the watches live here.
 
+mod index;
 mod keys;
 mod server;
 mod tool;
+mod triggers;
+mod written;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -20,7 +23,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::crd::{McpServer, McpTool};
+use crate::crd::{McpServer, McpServerStatus, McpTool, McpToolStatus};
 use crate::guard::Guard;
 use crate::inject::{ProxyDefaults, SERVER_ANNOTATION};
 use crate::metrics::Metrics;
@@ -87,9 +90,16 @@ pub struct Context {
     pub session_keys: Store<Secret>,
     /// Which caches hold a complete list.
     ready: Readiness,
-    /// `ns/tool` → the server whose config it was last rendered into, so a tool moving to
-    /// another server also reconciles the one it left.
-    pub served: Arc<Mutex<HashMap<String, String>>>,
+    /// Which tools name which server.
+    tool_index: Arc<index::ToolIndex>,
+    /// Which tools each server last rendered, so a tool moving to another server also
+    /// reconciles the one it left.
+    served: Arc<index::Served>,
+    /// Statuses written that the caches may not show yet.
+    server_statuses: written::Written<McpServerStatus>,
+    tool_statuses: written::Written<McpToolStatus>,
+    /// `ns/tool` → when its server was first found missing (see [`tool::SERVER_GRACE`]).
+    missing_servers: Mutex<HashMap<String, Instant>>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -276,17 +286,25 @@ pub async fn run(
         .predicate_filter(server_changed, Default::default());
 
     // One watch and one cache of McpTools for both controllers (10,000 tools are most of the
-    // operator's memory): each change goes on to the McpTool controller once it is cached.
+    // operator's memory): each change goes on to the McpTool controller once it is cached
+    // and indexed. A tool's status (which the operator writes) starts no reconcile.
+    let tool_index = Arc::new(index::ToolIndex::default());
     let (tool_tx, tool_rx) = futures::channel::mpsc::unbounded::<McpTool>();
-    let tool_stream = watcher(api::<McpTool>(&client, &ns), watcher::Config::default())
-        .default_backoff()
-        .modify(|t| t.managed_fields_mut().clear())
-        .reflect(tool_writer)
-        .inspect_ok(ready.marker(1))
-        .touched_objects()
-        .inspect_ok(move |t| {
-            let _ = tool_tx.unbounded_send(t.clone());
-        });
+    let tool_stream = triggers::changes(
+        watcher(api::<McpTool>(&client, &ns), watcher::Config::default())
+            .default_backoff()
+            .modify(|t| t.managed_fields_mut().clear())
+            .reflect(tool_writer)
+            .inspect_ok({
+                let tool_index = tool_index.clone();
+                move |e| tool_index.observe(e)
+            })
+            .inspect_ok(ready.marker(1)),
+        triggers::tool_inputs,
+    )
+    .inspect_ok(move |t| {
+        let _ = tool_tx.unbounded_send(t.clone());
+    });
     // Each trigger stream fills its cache before it triggers, so a reconcile it starts sees
     // the change that started it. `managedFields` are dropped: nothing reads them.
     let deployment_stream = watcher(api::<Deployment>(&client, &ns), watcher::Config::default())
@@ -339,7 +357,7 @@ pub async fn run(
         controller: "toolgate-operator".into(),
         instance: cfg.instance.clone(),
     };
-    let served: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let served: Arc<index::Served> = Arc::default();
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
@@ -355,7 +373,11 @@ pub async fn run(
         secrets,
         session_keys,
         ready: ready.clone(),
+        tool_index: tool_index.clone(),
         served: served.clone(),
+        server_statuses: Default::default(),
+        tool_statuses: Default::default(),
+        missing_servers: Mutex::default(),
         failures: Mutex::default(),
     });
 
@@ -373,11 +395,7 @@ pub async fn run(
         move |t: McpTool| {
             let ns = t.metadata.namespace.clone().unwrap_or_default();
             let mut refs = vec![ObjectRef::<McpServer>::new(&t.spec.server_ref.name).within(&ns)];
-            let before = served
-                .lock()
-                .expect("lock")
-                .get(&format!("{ns}/{}", t.name_any()))
-                .cloned();
+            let before = served.server_of(&ns, &t.name_any());
             if let Some(prev) = before.filter(|p| *p != t.spec.server_ref.name) {
                 refs.push(ObjectRef::new(&prev).within(&ns));
             }
@@ -443,13 +461,16 @@ pub async fn run(
         .run(server::reconcile, server::error_policy, ctx.clone())
         .for_each(|_| async {});
 
-    let tool_store = tools.clone();
-    let server_meta_stream = watcher(
-        api::<PartialObjectMeta<McpServer>>(&client, &ns),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects();
+    // A server appearing or going away: its tools' ServerNotFound comes or goes. Its other
+    // updates (every status write) say nothing to a tool.
+    let server_meta_stream = triggers::changes(
+        watcher(
+            api::<PartialObjectMeta<McpServer>>(&client, &ns),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+        |_| 0,
+    );
     let tool_controller = Controller::for_stream(tool_rx.map(Ok::<_, watcher::Error>), tools.clone())
         .with_config(
             ControllerConfig::default()
@@ -457,13 +478,11 @@ pub async fn run(
                 .concurrency(8),
         )
         .watches_stream(server_meta_stream, move |s: PartialObjectMeta<McpServer>| {
-            let ns = s.metadata.namespace.clone();
-            let name = s.name_any();
-            tool_store
-                .state()
-                .iter()
-                .filter(|t| t.metadata.namespace == ns && t.spec.server_ref.name == name)
-                .map(|t| ObjectRef::from_obj(&**t))
+            let ns = s.metadata.namespace.clone().unwrap_or_default();
+            tool_index
+                .tools_of(&ns, &s.name_any())
+                .into_iter()
+                .map(|t| ObjectRef::new(&t).within(&ns))
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(stopped(stop_rx))

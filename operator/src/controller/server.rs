@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
@@ -27,6 +28,8 @@ use crate::status::{condition, kind, merge, reason};
 
 /// Event notes are capped at 1024 bytes by the API.
 const NOTE_LIMIT: usize = 1000;
+/// Tool status writes in flight per server reconcile.
+const TOOL_STATUS_WRITES: usize = 8;
 
 /// Names of the Secrets a server references.
 pub(super) fn secret_names(s: &McpServer) -> Vec<String> {
@@ -71,6 +74,14 @@ pub(super) async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Resu
     // tools seen so far.
     ctx.caches_ready().await;
     let api: Api<McpServer> = Api::namespaced(ctx.client.clone(), &server.namespace().unwrap_or_default());
+    // `finalizer` patches the object to add the finalizer first, or to remove it once the
+    // cleanup is done: one write either way.
+    let has_finalizer = server.finalizers().iter().any(|f| f == FINALIZER);
+    let finalizer_write = if server.metadata.deletion_timestamp.is_some() {
+        has_finalizer
+    } else {
+        !has_finalizer
+    };
     let result = finalizer(&api, FINALIZER, server, |event| async {
         match event {
             Event::Apply(s) => apply(&s, &ctx).await,
@@ -82,6 +93,9 @@ pub(super) async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Resu
         FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e) => e,
         other => Error::Finalizer(Box::new(other)),
     });
+    if finalizer_write && !matches!(result, Err(Error::Finalizer(_))) {
+        ctx.metrics.write("McpServer", "patch");
+    }
     observe(&ctx, "mcpserver", started, &result);
     if result.is_ok() {
         ctx.reset(&k);
@@ -110,12 +124,13 @@ fn select_tools(server: &McpServer, ctx: &Context) -> (Vec<McpTool>, Vec<McpTool
             Selector::from_iter([("toolgate.dev/unmatchable", "\u{0}")])
         })
     });
-    ctx.tools
-        .state()
+    let ns = ns.unwrap_or_default();
+    ctx.tool_index
+        .tools_of(ns, &name)
         .iter()
-        .filter(|t| t.metadata.namespace.as_deref() == ns && t.spec.server_ref.name == name)
-        .filter(|t| t.metadata.deletion_timestamp.is_none())
-        .map(|t| (**t).clone())
+        .filter_map(|t| cached(&ctx.tools, ns, t))
+        .filter(|t| t.spec.server_ref.name == name && t.metadata.deletion_timestamp.is_none())
+        .map(|t| (*t).clone())
         .partition(|t| selector.as_ref().is_none_or(|s| s.matches(t.labels())))
 }
 
@@ -164,11 +179,37 @@ fn verdict<K: Resource + serde::Serialize>(doc: &Value, live: &K, server: &McpSe
     (same_hash && is_subset(doc, &serde_json::to_value(live).unwrap_or_default())).then_some(Applied::Unchanged)
 }
 
+/// Applies `doc` over the version of the object the cache shows (`over`): a cache behind
+/// the API server makes that a conflict, never a second write. `Ok(false)`: not written,
+/// as the object has moved on since that version (or the cache does not hold it).
+async fn apply_over<K>(ctx: &Context, api: &Api<K>, doc: &Value, over: Option<&str>) -> Result<bool, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let Some(over) = over else { return Ok(false) };
+    let mut guarded = doc.clone();
+    guarded["metadata"]["resourceVersion"] = over.into();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    match api
+        .patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&guarded))
+        .await
+    {
+        Ok(_) => {
+            ctx.metrics.write(super::kind_label::<K>(), "apply");
+            Ok(true)
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Applies `doc` unless `cached` (the watch cache's copy) already holds it; never takes over
 /// an object the server does not own. The cache may be behind the API server (an object
-/// written a moment ago, or one without the operator's label that it does not list), so
-/// before a write the API's own copy decides: a resync reads nothing, and a stale cache
-/// costs a read, never a second write.
+/// written a moment ago, or one without the operator's label that it does not list): a
+/// cached object is written over the version the cache shows, and otherwise the API's own
+/// copy decides. A resync reads nothing, and a stale cache costs a read, never a second
+/// write.
 async fn apply_owned<K>(
     ctx: &Context,
     api: &Api<K>,
@@ -182,6 +223,10 @@ where
 {
     if let Some(v) = cached.and_then(|live| verdict(doc, live, server)) {
         return Ok(v);
+    }
+    // Cached and this server's (else the verdict said Foreign), only not as it should be.
+    if apply_over(ctx, api, doc, cached.and_then(|c| c.meta().resource_version.as_deref())).await? {
+        return Ok(Applied::Written);
     }
     let name = doc["metadata"]["name"].as_str().unwrap_or_default();
     ctx.metrics.read(super::kind_label::<K>());
@@ -234,7 +279,14 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let (selected, unselected) = select_tools(server, ctx);
     let rendered = render(server, &selected);
     let served = rendered.config.tools.len();
-    let current = server.status.clone().unwrap_or_default();
+    let current = ctx
+        .server_statuses
+        .current(
+            &key(server),
+            server.metadata.resource_version.as_deref(),
+            server.status.clone(),
+        )
+        .unwrap_or_default();
 
     let mut missing = Vec::new();
     let mut refused = Vec::new();
@@ -242,14 +294,20 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     // The session keys first, so the mount check below finds them.
     let mut requeue = None;
     let mut key_problem = None;
+    // The session-key Secret the operator has just made sure of: the Secret cache may not
+    // show it yet, and it is labelled for the proxy.
+    let mut key_secret = None;
     if ServerSessions::sealed(server.spec.sessions.as_ref()) && !ctx.guard.protects(&ns) {
         match super::keys::ensure(server, ctx, &secrets).await? {
-            Ok(again) => requeue = again,
+            Ok(again) => {
+                requeue = again;
+                key_secret = Some(render::session_secret_name(server));
+            }
             Err(message) => key_problem = Some(message),
         }
     }
     for m in &rendered.mounts {
-        if missing.contains(&m.secret) || refused.contains(&m.secret) {
+        if missing.contains(&m.secret) || refused.contains(&m.secret) || key_secret.as_ref() == Some(&m.secret) {
             continue;
         }
         // The cache lists every Secret in scope: no read.
@@ -605,9 +663,13 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
 
     let merged = merge(current.conditions(), conditions, now());
     for c in &merged {
-        let changed = current
-            .condition(&c.type_)
-            .is_none_or(|o| o.status != c.status || o.reason != c.reason);
+        // A condition True on first sight is how a new server should be: not news (a
+        // thousand new servers would otherwise make thousands of Events). Unauthenticated
+        // is the exception: True is the warning.
+        let changed = match current.condition(&c.type_) {
+            None => c.status != "True" || c.type_ == kind::UNAUTHENTICATED,
+            Some(o) => o.status != c.status || o.reason != c.reason,
+        };
         if changed && c.type_ != kind::READY {
             let t = if c.status == "True" && c.type_ != kind::UNAUTHENTICATED {
                 EventType::Normal
@@ -630,7 +692,13 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         },
         endpoint: Some(endpoint),
     };
-    if server.status.as_ref() != Some(&desired) {
+    // Tool verdicts describe the config in the ConfigMap; with invalid server settings that
+    // is still the previous one, so the tools keep what they said. They go first: a server
+    // that says Ready has reported on each of its tools.
+    if valid && config_ok {
+        report_tools(ctx, server, &selected, &unselected, &rendered).await?;
+    }
+    if current != desired {
         let api: Api<McpServer> = Api::namespaced(client.clone(), &ns);
         api.patch_status(
             &name,
@@ -639,12 +707,8 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         )
         .await?;
         ctx.metrics.write("McpServer", "patch");
-    }
-
-    // Tool verdicts describe the config in the ConfigMap; with invalid server settings that
-    // is still the previous one, so the tools keep what they said.
-    if valid && config_ok {
-        report_tools(ctx, server, &selected, &unselected, &rendered).await?;
+        ctx.server_statuses
+            .record(key(server), server.metadata.resource_version.as_deref(), desired);
     }
     // A key rotation in progress moves on by the clock, not by a change.
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
@@ -724,18 +788,21 @@ async fn inject_sidecar(
     if sidecar_matches(d, &patch) {
         return Ok(());
     }
-    // The cache may be behind a write of a moment ago: the API's copy decides.
-    ctx.metrics.read("Deployment");
-    if api
-        .get_opt(target)
-        .await?
-        .is_some_and(|live| sidecar_matches(&live, &patch))
-    {
-        return Ok(());
+    // The cache may be behind a write of a moment ago: written over the version it shows,
+    // or else the API's copy decides.
+    if !apply_over(ctx, api, &patch, d.metadata.resource_version.as_deref()).await? {
+        ctx.metrics.read("Deployment");
+        if api
+            .get_opt(target)
+            .await?
+            .is_some_and(|live| sidecar_matches(&live, &patch))
+        {
+            return Ok(());
+        }
+        api.patch(target, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
+            .await?;
+        ctx.metrics.write("Deployment", "apply");
     }
-    api.patch(target, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
-        .await?;
-    ctx.metrics.write("Deployment", "apply");
     info!(deployment = target, "sidecar applied");
     let note = format!("Applied {CONTAINER} to Deployment {target} as a native sidecar; its pods roll to pick it up");
     publish(ctx, server, EventType::Normal, "SidecarApplied", note).await;
@@ -868,12 +935,7 @@ async fn cleanup(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     {
         gone(cms.delete(&cm, &dp).await.map(|_| ()))?;
     }
-    let prefix = format!("{ns}/");
-    let me = server.name_any();
-    ctx.served
-        .lock()
-        .expect("lock")
-        .retain(|k, v| !(k.starts_with(&prefix) && *v == me));
+    ctx.served.record(&ns, &server.name_any(), Vec::new());
     info!("cleaned up");
     Ok(Action::await_change())
 }
@@ -897,14 +959,8 @@ async fn report_tools(
 ) -> Result<(), Error> {
     let name = server.name_any();
     let ns = server.namespace().unwrap_or_default();
-    {
-        let mut served = ctx.served.lock().expect("lock");
-        let prefix = format!("{ns}/");
-        served.retain(|k, v| !(k.starts_with(&prefix) && *v == name));
-        for t in selected {
-            served.insert(format!("{ns}/{}", t.name_any()), name.clone());
-        }
-    }
+    ctx.served
+        .record(&ns, &name, selected.iter().map(ResourceExt::name_any).collect());
     let verdicts = selected
         .iter()
         .map(|t| (t, rendered.verdicts.get(&t.name_any()).cloned()))
@@ -916,8 +972,8 @@ async fn report_tools(
             };
             (t, Some(v))
         }));
-    for (tool, verdict) in verdicts {
-        let Some(verdict) = verdict else { continue };
+    let writes = verdicts.filter_map(|(tool, verdict)| {
+        let verdict = verdict?;
         let generation = tool.metadata.generation;
         let (cond, tier) = match &verdict {
             Verdict::Accepted { tier } => {
@@ -932,9 +988,14 @@ async fn report_tools(
                 *tier,
             ),
         };
-        set_tool_status(ctx, tool, cond, tier).await?;
-    }
-    Ok(())
+        Some(Ok((tool, cond, tier)))
+    });
+    // A few at a time: a server with 1,000 new tools reports in seconds, not minutes.
+    futures::stream::iter(writes)
+        .try_for_each_concurrent(TOOL_STATUS_WRITES, |(tool, cond, tier)| {
+            set_tool_status(ctx, tool, cond, tier)
+        })
+        .await
 }
 
 /// Sets `cond` (and `tier`) on `tool` unless it already says so; a changed condition is an Event.
@@ -944,7 +1005,11 @@ pub(super) async fn set_tool_status(
     cond: Condition,
     tier: Option<toolgate_config::Tier>,
 ) -> Result<(), Error> {
-    let current = tool.status.clone().unwrap_or_default();
+    let k = key(tool);
+    let current = ctx
+        .tool_statuses
+        .current(&k, tool.metadata.resource_version.as_deref(), tool.status.clone())
+        .unwrap_or_default();
     // Events for rejections, and for a rejected tool becoming accepted; a tool accepted on
     // first sight is not news (one Event per tool would flood a namespace with many tools).
     let changed = match current.condition(&cond.type_) {
@@ -973,6 +1038,8 @@ pub(super) async fn set_tool_status(
         Err(e) => return Err(e.into()),
     }
     ctx.metrics.write("McpTool", "patch");
+    ctx.tool_statuses
+        .record(k, tool.metadata.resource_version.as_deref(), desired);
     if changed {
         let t = if event.0 == "True" {
             EventType::Normal

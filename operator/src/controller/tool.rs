@@ -2,7 +2,7 @@
 //! reports on every other tool).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use kube::runtime::controller::Action;
 use kube::ResourceExt;
@@ -10,8 +10,13 @@ use tracing::{instrument, warn};
 
 use super::server::set_tool_status;
 use super::{key, observe, Context, Error};
-use crate::crd::McpTool;
+use crate::crd::{HasConditions, McpTool};
 use crate::status::{condition, kind, reason};
+
+/// How long a tool waits for its server before it reports `ServerNotFound`:
+/// `kubectl apply -f dir/` sends a server's tools in name order, often before the server,
+/// and a condition and Event per tool that are gone a second later help nobody.
+pub(super) const SERVER_GRACE: Duration = Duration::from_secs(5);
 
 #[instrument(skip_all, fields(tool = %key(&*tool)))]
 pub(super) async fn reconcile(tool: Arc<McpTool>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -30,9 +35,40 @@ pub(super) async fn reconcile(tool: Arc<McpTool>, ctx: Arc<Context>) -> Result<A
 async fn check(tool: &McpTool, ctx: &Context) -> Result<Action, Error> {
     let ns = tool.namespace().unwrap_or_default();
     let server = &tool.spec.server_ref.name;
+    let k = key(tool);
+    if super::cached(&ctx.servers, &ns, server).is_some() {
+        ctx.missing_servers.lock().expect("lock").remove(&k);
+        return Ok(Action::await_change());
+    }
+    // Already reported for this generation: nothing to write, so nothing to read (the
+    // server appearing reconciles the tool again).
+    let reported = ctx
+        .tool_statuses
+        .current(&k, tool.metadata.resource_version.as_deref(), tool.status.clone())
+        .is_some_and(|s| {
+            s.condition(kind::ACCEPTED).is_some_and(|c| {
+                c.reason == reason::SERVER_NOT_FOUND && c.observed_generation == tool.metadata.generation
+            })
+        });
+    if reported {
+        return Ok(Action::await_change());
+    }
+    let first = {
+        let mut waiting = ctx.missing_servers.lock().expect("lock");
+        // Tools deleted while waiting leave their entry behind.
+        if waiting.len() >= 4096 {
+            waiting.retain(|_, t| t.elapsed() < 2 * SERVER_GRACE);
+        }
+        *waiting.entry(k.clone()).or_insert_with(Instant::now)
+    };
+    if let Some(left) = SERVER_GRACE.checked_sub(first.elapsed()) {
+        return Ok(Action::requeue(left));
+    }
     // A miss is confirmed in the API: the server cache is another watch than the one that
     // may have started this reconcile.
-    if super::cached_or_read(ctx, &ctx.servers, &ns, server).await?.is_none() {
+    let missing = super::cached_or_read(ctx, &ctx.servers, &ns, server).await?.is_none();
+    ctx.missing_servers.lock().expect("lock").remove(&k);
+    if missing {
         let message = format!("McpServer {server} not found in namespace {ns}; create it or fix spec.serverRef.name");
         let cond = condition(
             kind::ACCEPTED,
