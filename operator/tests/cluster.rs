@@ -850,3 +850,70 @@ async fn a_deployment_selecting_by_expressions_only_gets_its_sidecar_but_no_serv
         .unwrap()
         .is_none());
 }
+
+/// Reasons of the Events in `ns`, by the name of the object they are about.
+async fn event_reasons(c: &Client, ns: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(c.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.involved_object.name.unwrap_or_default(), e.reason.unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tool_applied_before_its_server_waits_for_it_and_a_tool_without_one_says_so() {
+    let c = client().await;
+    let ns = namespace(&c, "order").await;
+    let _op = Operator::start(&ns, "toolgate", &[]);
+    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
+    // In the order `kubectl apply -f dir/` sends them: the tools first.
+    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
+    let _: McpTool = apply(
+        &c,
+        &ns,
+        tool("orphan", "orphan", json!({"serverRef": {"name": "nowhere"}})),
+    )
+    .await;
+    let _: McpServer = apply(
+        &c,
+        &ns,
+        server(
+            "shop",
+            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
+        ),
+    )
+    .await;
+    wait_condition(&c, &ns, "McpTool", "get-customer", "Accepted", "True", "Accepted").await;
+    wait_condition(&c, &ns, "McpTool", "orphan", "Accepted", "False", "ServerNotFound").await;
+    let reasons = eventually("the orphan's Event", WAIT, || async {
+        let reasons = event_reasons(&c, &ns).await;
+        reasons
+            .contains(&("orphan".into(), "ServerNotFound".into()))
+            .then_some(reasons)
+    })
+    .await;
+    assert!(
+        !reasons
+            .iter()
+            .any(|(o, r)| o == "get-customer" && r == "ServerNotFound"),
+        "the tool's server came within the grace: {reasons:?}"
+    );
+    // A new server that works is not news condition by condition: what it did is.
+    let server_reasons: Vec<&str> = reasons
+        .iter()
+        .filter(|(o, _)| o == "shop")
+        .map(|(_, r)| r.as_str())
+        .collect();
+    for expected in ["ConfigApplied", "SidecarApplied"] {
+        assert!(server_reasons.contains(&expected), "{server_reasons:?}");
+    }
+    // The condition SidecarInjected, True on first sight.
+    assert!(!server_reasons.contains(&"SidecarInjected"), "{server_reasons:?}");
+
+    // Pointed at a server that exists, the orphan is accepted.
+    let _: McpTool = apply(&c, &ns, tool("orphan", "orphan", json!({}))).await;
+    wait_condition(&c, &ns, "McpTool", "orphan", "Accepted", "True", "Accepted").await;
+}
