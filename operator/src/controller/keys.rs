@@ -41,13 +41,19 @@ fn session_secret(server: &McpServer, keys: &Keys, resource_version: Option<Stri
     }
 }
 
+/// What [`ensure`] did: when to look again, and whether the Secret is known to exist now.
+pub(super) struct Ensured {
+    pub again: Option<std::time::Duration>,
+    pub present: bool,
+}
+
 /// Creates the server's session-key Secret, or moves its key rotation on. `Ok(Err(_))`: a
 /// Secret of that name that is not the operator's (reported, never touched).
 pub(super) async fn ensure(
     server: &McpServer,
     ctx: &Context,
     api: &Api<Secret>,
-) -> Result<Result<Option<std::time::Duration>, String>, Error> {
+) -> Result<Result<Ensured, String>, Error> {
     let name = render::session_secret_name(server);
     let sessions = server.spec.sessions.as_ref();
     let want = ServerSessions::key_generation(sessions);
@@ -57,25 +63,36 @@ pub(super) async fn ensure(
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
     let ns = server.namespace().unwrap_or_default();
     // A miss in the cache of the operator's labelled Secrets: absent, just made, or someone
-    // else's. Creating it asks the API server which, without a read first.
+    // else's. Absent from the metadata cache of every Secret too, it is created without a
+    // read first (a 409 says it exists after all); listed there, the API's copy decides.
     let live = match super::cached(&ctx.session_keys, &ns, &name) {
         Some(live) => live,
         None => {
-            let doc = session_secret(server, &Keys::fresh(want, now), None);
-            match api.create(&kube::api::PostParams::default(), &doc).await {
-                Ok(_) => {
-                    ctx.metrics.write("Secret", "create");
-                    info!(secret = %name, "session key created");
-                    return Ok(Ok(None));
+            if super::cached(&ctx.secrets, &ns, &name).is_none() {
+                let doc = session_secret(server, &Keys::fresh(want, now), None);
+                match api.create(&kube::api::PostParams::default(), &doc).await {
+                    Ok(_) => {
+                        ctx.metrics.write("Secret", "create");
+                        info!(secret = %name, "session key created");
+                        return Ok(Ok(Ensured {
+                            again: None,
+                            present: true,
+                        }));
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e.into()),
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
             }
             ctx.metrics.read("Secret");
             match api.get_opt(&name).await? {
                 Some(live) => std::sync::Arc::new(live),
                 // Deleted again meanwhile: look again shortly.
-                None => return Ok(Ok(Some(std::time::Duration::from_secs(1)))),
+                None => {
+                    return Ok(Ok(Ensured {
+                        again: Some(std::time::Duration::from_secs(1)),
+                        present: false,
+                    }))
+                }
             }
         }
     };
@@ -111,7 +128,12 @@ pub(super) async fn ensure(
             Ok(_) => {}
             // The cache was behind the Secret (the precondition on its resourceVersion held):
             // look again once the watch has caught up.
-            Err(kube::Error::Api(e)) if e.code == 409 => return Ok(Ok(Some(std::time::Duration::from_secs(1)))),
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                return Ok(Ok(Ensured {
+                    again: Some(std::time::Duration::from_secs(1)),
+                    present: true,
+                }))
+            }
             Err(e) => return Err(e.into()),
         }
         ctx.metrics.write("Secret", "update");
@@ -122,5 +144,5 @@ pub(super) async fn ensure(
         info!(secret = %name, generation = next.generation, phase = ?next.phase, "session key rotation");
         publish(ctx, server, EventType::Normal, reason::SESSION_KEY_ROTATED, note).await;
     }
-    Ok(Ok(again))
+    Ok(Ok(Ensured { again, present: true }))
 }

@@ -491,8 +491,14 @@ pub async fn run(
 
     let gauges = {
         let metrics = metrics.clone();
+        let ctx = ctx.clone();
         async move {
             loop {
+                // Tools deleted while they waited for their server leave an entry behind.
+                ctx.missing_servers.lock().expect("lock").retain(|k, _| {
+                    let (ns, name) = k.split_once('/').unwrap_or_default();
+                    cached(&ctx.tools, ns, name).is_some()
+                });
                 metrics
                     .managed
                     .with_label_values(&["McpServer"])

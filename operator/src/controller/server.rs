@@ -3,10 +3,10 @@
 //! write is skipped when the live object already holds what would be written, and objects
 //! the server does not own are never taken over.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
@@ -93,7 +93,7 @@ pub(super) async fn reconcile(server: Arc<McpServer>, ctx: Arc<Context>) -> Resu
         FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e) => e,
         other => Error::Finalizer(Box::new(other)),
     });
-    if finalizer_write && !matches!(result, Err(Error::Finalizer(_))) {
+    if finalizer_write && result.is_ok() {
         ctx.metrics.write("McpServer", "patch");
     }
     observe(&ctx, "mcpserver", started, &result);
@@ -299,9 +299,9 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     let mut key_secret = None;
     if ServerSessions::sealed(server.spec.sessions.as_ref()) && !ctx.guard.protects(&ns) {
         match super::keys::ensure(server, ctx, &secrets).await? {
-            Ok(again) => {
-                requeue = again;
-                key_secret = Some(render::session_secret_name(server));
+            Ok(ensured) => {
+                requeue = ensured.again;
+                key_secret = ensured.present.then(|| render::session_secret_name(server));
             }
             Err(message) => key_problem = Some(message),
         }
@@ -694,10 +694,13 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
     };
     // Tool verdicts describe the config in the ConfigMap; with invalid server settings that
     // is still the previous one, so the tools keep what they said. They go first: a server
-    // that says Ready has reported on each of its tools.
-    if valid && config_ok {
-        report_tools(ctx, server, &selected, &unselected, &rendered).await?;
-    }
+    // that says Ready has reported on each of its tools. A tool whose status cannot be
+    // written does not hold back the server's own (it fails the reconcile after it).
+    let reported = if valid && config_ok {
+        report_tools(ctx, server, &selected, &unselected, &rendered).await
+    } else {
+        Ok(())
+    };
     if current != desired {
         let api: Api<McpServer> = Api::namespaced(client.clone(), &ns);
         api.patch_status(
@@ -710,6 +713,7 @@ async fn apply(server: &McpServer, ctx: &Context) -> Result<Action, Error> {
         ctx.server_statuses
             .record(key(server), server.metadata.resource_version.as_deref(), desired);
     }
+    reported?;
     // A key rotation in progress moves on by the clock, not by a change.
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
@@ -988,14 +992,24 @@ async fn report_tools(
                 *tier,
             ),
         };
-        Some(Ok((tool, cond, tier)))
+        Some((tool, cond, tier))
     });
-    // A few at a time: a server with 1,000 new tools reports in seconds, not minutes.
+    // A few at a time: a server with 1,000 new tools reports in seconds, not minutes. Every
+    // write runs to its end (one failing stops no other, so none lands unrecorded); the
+    // first failure is the result.
+    let failures = Mutex::new(Vec::new());
+    let failed = &failures;
     futures::stream::iter(writes)
-        .try_for_each_concurrent(TOOL_STATUS_WRITES, |(tool, cond, tier)| {
-            set_tool_status(ctx, tool, cond, tier)
+        .for_each_concurrent(TOOL_STATUS_WRITES, |(tool, cond, tier)| async move {
+            if let Err(e) = set_tool_status(ctx, tool, cond, tier).await {
+                failed.lock().expect("lock").push(e);
+            }
         })
-        .await
+        .await;
+    match failures.into_inner().expect("lock").into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Sets `cond` (and `tier`) on `tool` unless it already says so; a changed condition is an Event.

@@ -53,14 +53,12 @@ async fn check(tool: &McpTool, ctx: &Context) -> Result<Action, Error> {
     if reported {
         return Ok(Action::await_change());
     }
-    let first = {
-        let mut waiting = ctx.missing_servers.lock().expect("lock");
-        // Tools deleted while waiting leave their entry behind.
-        if waiting.len() >= 4096 {
-            waiting.retain(|_, t| t.elapsed() < 2 * SERVER_GRACE);
-        }
-        *waiting.entry(k.clone()).or_insert_with(Instant::now)
-    };
+    let first = *ctx
+        .missing_servers
+        .lock()
+        .expect("lock")
+        .entry(k.clone())
+        .or_insert_with(Instant::now);
     if let Some(left) = SERVER_GRACE.checked_sub(first.elapsed()) {
         return Ok(Action::requeue(left));
     }

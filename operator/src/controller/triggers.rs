@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
-use futures::{future, Stream, StreamExt};
+use futures::{stream, Stream, StreamExt};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 /// The objects of a reflected watch whose `property` changed since the watch last showed
 /// them, and every deleted one. Unlike kube's `predicate_filter`, a deletion always passes
-/// (a deleted tool must leave its server's config), and a relist forgets the objects it no
-/// longer lists, so one created again under the same name starts a reconcile.
+/// (a deleted tool must leave its server's config). A list (the first, or a relist after
+/// the watch lost its place) passes every object it holds once it is complete, when the
+/// cache holds it too: what changed while the watch was away is not known, so everything is
+/// looked at again. Objects deleted meanwhile are not listed, as with kube's own streams.
 pub(super) fn changes<K, S, P>(stream: S, property: P) -> impl Stream<Item = Result<K, watcher::Error>>
 where
     K: Resource,
@@ -19,10 +21,10 @@ where
     P: Fn(&K) -> u64,
 {
     let mut seen = Seen::default();
-    stream.filter_map(move |event| {
-        future::ready(match event {
-            Ok(event) => seen.pass(event, &property).map(Ok),
-            Err(e) => Some(Err(e)),
+    stream.flat_map(move |event| {
+        stream::iter(match event {
+            Ok(event) => seen.pass(event, &property).into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
         })
     })
 }
@@ -38,45 +40,58 @@ pub(super) fn tool_inputs(t: &crate::crd::McpTool) -> u64 {
     h.finish()
 }
 
-/// The property last seen of each object, by `namespace/name`; a relist is built aside and
-/// replaces it when complete.
-#[derive(Default)]
-struct Seen {
+/// The property last seen of each object, by `namespace/name`; a list is built aside, with
+/// the objects it held, and replaces it when complete.
+struct Seen<K> {
     now: HashMap<String, u64>,
-    relist: Option<HashMap<String, u64>>,
+    list: Option<(HashMap<String, u64>, Vec<K>)>,
+}
+
+impl<K> Default for Seen<K> {
+    fn default() -> Self {
+        Self {
+            now: HashMap::new(),
+            list: None,
+        }
+    }
 }
 
 fn id<K: Resource>(o: &K) -> String {
     format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }
 
-impl Seen {
-    fn pass<K: Resource>(&mut self, event: watcher::Event<K>, property: impl Fn(&K) -> u64) -> Option<K> {
+impl<K: Resource> Seen<K> {
+    fn pass(&mut self, event: watcher::Event<K>, property: impl Fn(&K) -> u64) -> Vec<K> {
         match event {
             watcher::Event::Apply(o) => {
                 let p = property(&o);
-                (self.now.insert(id(&o), p) != Some(p)).then_some(o)
+                if self.now.insert(id(&o), p) == Some(p) {
+                    vec![]
+                } else {
+                    vec![o]
+                }
             }
             watcher::Event::Delete(o) => {
                 self.now.remove(&id(&o));
-                Some(o)
+                vec![o]
             }
             watcher::Event::Init => {
-                self.relist = Some(HashMap::new());
-                None
+                self.list = Some((HashMap::new(), Vec::new()));
+                vec![]
             }
             watcher::Event::InitApply(o) => {
-                let (k, p) = (id(&o), property(&o));
-                let changed = self.now.get(&k) != Some(&p);
-                self.relist.get_or_insert_with(HashMap::new).insert(k, p);
-                changed.then_some(o)
+                let (seen, objects) = self.list.get_or_insert_with(Default::default);
+                seen.insert(id(&o), property(&o));
+                objects.push(o);
+                vec![]
             }
-            watcher::Event::InitDone => {
-                if let Some(relisted) = self.relist.take() {
-                    self.now = relisted;
+            watcher::Event::InitDone => match self.list.take() {
+                Some((seen, objects)) => {
+                    self.now = seen;
+                    objects
                 }
-                None
-            }
+                None => vec![],
+            },
         }
     }
 }
@@ -101,26 +116,27 @@ mod tests {
         h.finish()
     }
 
-    fn passed(seen: &mut Seen, e: Event<ConfigMap>) -> Option<String> {
-        seen.pass(e, value).map(|c| c.name_any())
+    fn passed(seen: &mut Seen<ConfigMap>, e: Event<ConfigMap>) -> Vec<String> {
+        seen.pass(e, value).iter().map(ResourceExt::name_any).collect()
     }
 
     #[test]
     fn only_a_changed_property_or_a_deletion_passes() {
         let mut s = Seen::default();
-        assert_eq!(passed(&mut s, Event::Init), None);
-        assert_eq!(passed(&mut s, Event::InitApply(cm("a", "1"))).as_deref(), Some("a"));
-        assert_eq!(passed(&mut s, Event::InitDone), None);
+        assert!(passed(&mut s, Event::Init).is_empty());
+        assert!(passed(&mut s, Event::InitApply(cm("a", "1"))).is_empty());
+        // The list passes once complete (the cache holds it by then).
+        assert_eq!(passed(&mut s, Event::InitDone), ["a"]);
         // The same property again (a status write): nothing to do.
-        assert_eq!(passed(&mut s, Event::Apply(cm("a", "1"))), None);
-        assert_eq!(passed(&mut s, Event::Apply(cm("a", "2"))).as_deref(), Some("a"));
-        assert_eq!(passed(&mut s, Event::Delete(cm("a", "2"))).as_deref(), Some("a"));
+        assert!(passed(&mut s, Event::Apply(cm("a", "1"))).is_empty());
+        assert_eq!(passed(&mut s, Event::Apply(cm("a", "2"))), ["a"]);
+        assert_eq!(passed(&mut s, Event::Delete(cm("a", "2"))), ["a"]);
         // Created again with what it held before: a new object.
-        assert_eq!(passed(&mut s, Event::Apply(cm("a", "2"))).as_deref(), Some("a"));
+        assert_eq!(passed(&mut s, Event::Apply(cm("a", "2"))), ["a"]);
     }
 
     #[test]
-    fn a_relist_passes_what_changed_and_forgets_what_it_no_longer_lists() {
+    fn a_relist_passes_everything_it_lists_and_forgets_what_it_does_not() {
         let mut s = Seen::default();
         for e in [
             Event::Init,
@@ -131,9 +147,10 @@ mod tests {
             passed(&mut s, e);
         }
         // The watch lost its place: a relist where b is gone and a is unchanged.
-        assert_eq!(passed(&mut s, Event::Init), None);
-        assert_eq!(passed(&mut s, Event::InitApply(cm("a", "1"))), None);
-        assert_eq!(passed(&mut s, Event::InitDone), None);
-        assert_eq!(passed(&mut s, Event::Apply(cm("b", "1"))).as_deref(), Some("b"));
+        assert!(passed(&mut s, Event::Init).is_empty());
+        assert!(passed(&mut s, Event::InitApply(cm("a", "1"))).is_empty());
+        assert_eq!(passed(&mut s, Event::InitDone), ["a"]);
+        assert!(passed(&mut s, Event::Apply(cm("a", "1"))).is_empty());
+        assert_eq!(passed(&mut s, Event::Apply(cm("b", "1"))), ["b"]);
     }
 }
