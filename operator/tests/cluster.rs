@@ -877,15 +877,7 @@ async fn a_tool_applied_before_its_server_waits_for_it_and_a_tool_without_one_sa
         tool("orphan", "orphan", json!({"serverRef": {"name": "nowhere"}})),
     )
     .await;
-    let _: McpServer = apply(
-        &c,
-        &ns,
-        server(
-            "shop",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-        ),
-    )
-    .await;
+    apply_shop_server(&c, &ns).await;
     wait_condition(&c, &ns, "McpTool", "get-customer", "Accepted", "True", "Accepted").await;
     wait_condition(&c, &ns, "McpTool", "orphan", "Accepted", "False", "ServerNotFound").await;
     let reasons = eventually("the orphan's Event", WAIT, || async {
