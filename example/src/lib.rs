@@ -26,10 +26,22 @@ struct State {
     requests: AtomicU64,
 }
 
-/// Binds `addr` and serves until SIGTERM or Ctrl-C, then drains in-flight requests.
+/// Binds `addr` and serves until SIGTERM or Ctrl-C, then drains in-flight requests. Says
+/// `example-service listening on http://ADDR` on stderr, with the port bound (`--listen
+/// 127.0.0.1:0` picks a free one), once SIGTERM is handled: a signal sent after that line
+/// drains, never kills.
 pub async fn run(addr: SocketAddr) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
     let listener = TcpListener::bind(addr).await?;
-    serve_until(listener, shutdown_signal()).await
+    eprintln!("example-service listening on http://{}", listener.local_addr()?);
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    serve_until(listener, shutdown).await
 }
 
 /// Starts the service on an ephemeral loopback port in the background; returns its address.
@@ -83,22 +95,6 @@ pub async fn serve_until(listener: TcpListener, shutdown: impl std::future::Futu
         eprintln!("example-service: connections still open after {DRAIN:?}; exiting");
     }
     Ok(())
-}
-
-/// SIGTERM (what the kubelet sends) or Ctrl-C.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {

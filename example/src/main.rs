@@ -21,6 +21,5 @@ async fn main() -> anyhow::Result<()> {
             other => anyhow::bail!("unknown argument `{other}` (try --help)"),
         }
     }
-    eprintln!("example-service listening on http://{listen}");
     toolgate_example_service::run(listen).await
 }

@@ -1,25 +1,28 @@
 //! The binary as a container runs it: SIGTERM (the kubelet's stop signal) ends it promptly and
 //! cleanly, after the request in flight has its answer.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Starts the binary on a port it picks itself (a port picked here and released for it to
+/// bind could be taken meanwhile, by the other test's service too); returns it and its
+/// address once it says it listens, which is after it handles SIGTERM.
 fn start() -> (Child, String) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    drop(listener);
-    let child = Command::new(env!("CARGO_BIN_EXE_example-service"))
-        .args(["--listen", &addr])
-        .stderr(Stdio::null())
+    let mut child = Command::new(env!("CARGO_BIN_EXE_example-service"))
+        .args(["--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(&addr).is_err() {
-        assert!(Instant::now() < deadline, "example-service did not listen on {addr}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().expect("example-service said nothing").unwrap();
+    let addr = first
+        .strip_prefix("example-service listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_string();
+    // Whatever else it says is read, so a write to stderr never fails.
+    std::thread::spawn(move || lines.for_each(drop));
     (child, addr)
 }
 
