@@ -8,7 +8,8 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use tracing::info;
 
-use super::server::{foreign, is_owned_by, publish};
+use super::owned::{foreign, is_owned_by};
+use super::server::publish;
 use super::{Context, Error};
 use crate::crd::{McpServer, ServerSessions};
 use crate::objects;

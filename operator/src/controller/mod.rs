@@ -3,6 +3,9 @@
 
 mod index;
 mod keys;
+mod owned;
+mod placement;
+mod report;
 mod server;
 mod tool;
 mod triggers;

@@ -8,7 +8,7 @@ use kube::runtime::controller::Action;
 use kube::ResourceExt;
 use tracing::{instrument, warn};
 
-use super::server::set_tool_status;
+use super::report::set_tool_status;
 use super::{key, observe, Context, Error};
 use crate::crd::{HasConditions, McpTool};
 use crate::status::{condition, kind, reason};
