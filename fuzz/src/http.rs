@@ -279,7 +279,13 @@ pub fn send(req: &Request) -> Response {
         match conn.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            // A read timeout, or libFuzzer's timer signal interrupting the read (EINTR): no
+            // answer yet, so read again (the deadline below still holds).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+                ) => {}
             Err(_) => break,
         }
         assert!(
