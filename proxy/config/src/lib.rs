@@ -15,6 +15,7 @@ mod policy;
 pub mod schema;
 mod template;
 mod validate;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 

@@ -95,98 +95,10 @@ fn parse_json_value(text: &str) -> Result<Value, LoadError> {
 }
 
 /// Parses YAML into a JSON value: mapping keys become strings (`404:` and `"404":` are the same),
-/// non-finite numbers are refused. YAML 1.2 by `serde-saphyr` (maintained, pure Rust, with
-/// budgets against alias bombs and deep nesting); duplicate keys are errors.
+/// non-finite numbers and duplicate keys are refused, `yes`, `on`, `0755` and `1_000` stay
+/// strings; see [`crate::yaml`] for the rules and the limits.
 pub fn parse_yaml_value(text: &str) -> Result<Value, LoadError> {
-    // YAML 1.2 core schema, as serde_yaml read it: `yes`, `on`, `0755`, `1_000` stay strings
-    // (an enum of `[yes, no]` must not turn into booleans), `<<` is an ordinary key.
-    let options = serde_saphyr::options! {
-        strict_booleans: true,
-        leading_zero_numbers_as_strings: true,
-        underscored_numbers_as_strings: true,
-        merge_keys: serde_saphyr::options::MergeKeyPolicy::AsOrdinary,
-    };
-    let Json(value) = serde_saphyr::from_str_with_options(text, options)
-        .map_err(|e| LoadError::from(vec![ConfigError::new("", format!("not valid YAML: {e}"))]))?;
-    Ok(value)
-}
-
-/// A JSON value read from YAML with YAML's looser keys.
-struct Json(Value);
-
-impl<'de> serde::Deserialize<'de> for Json {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(JsonVisitor).map(Json)
-    }
-}
-
-/// A mapping key: a string, or a scalar written as one.
-struct Key(String);
-
-impl<'de> serde::Deserialize<'de> for Key {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match d.deserialize_any(JsonVisitor)? {
-            Value::String(s) => Ok(Key(s)),
-            Value::Number(n) => Ok(Key(n.to_string())),
-            Value::Bool(b) => Ok(Key(b.to_string())),
-            other => Err(serde::de::Error::custom(format!(
-                "mapping keys must be strings, found {other}"
-            ))),
-        }
-    }
-}
-
-struct JsonVisitor;
-
-impl<'de> serde::de::Visitor<'de> for JsonVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a YAML value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
-        serde_json::Number::from_f64(v)
-            .map(Value::Number)
-            .ok_or_else(|| E::custom("numbers must be finite"))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_string()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(JsonVisitor)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(Json(v)) = seq.next_element()? {
-            out.push(v);
-        }
-        Ok(Value::Array(out))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        while let Some((Key(k), Json(v))) = map.next_entry()? {
-            out.insert(k, v);
-        }
-        Ok(Value::Object(out))
-    }
+    crate::yaml::to_value(text).map_err(|e| LoadError::from(vec![ConfigError::new("", format!("not valid YAML: {e}"))]))
 }
 
 /// Deserializes and validates a JSON value.

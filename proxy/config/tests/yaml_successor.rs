@@ -41,6 +41,30 @@ fn old(text: &str) -> Result<Value, String> {
     conv(serde_yaml::from_str(text).map_err(|e| e.to_string())?)
 }
 
+/// What serde-saphyr's deserializer (the reader between serde_yaml and `toolgate_config::yaml`)
+/// made of `text`, with the options the config used.
+fn saphyr(text: &str) -> Result<Value, String> {
+    let options = serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        merge_keys: serde_saphyr::options::MergeKeyPolicy::AsOrdinary,
+    };
+    serde_saphyr::from_str_with_options(text, options).map_err(|e| e.to_string())
+}
+
+/// Every YAML file the project ships that holds plain YAML (no templates).
+const SHIPPED: [&str; 8] = [
+    "example/proxy.yaml",
+    "example/architecture-example.yaml",
+    "example/k8s/shop.yaml",
+    "example/k8s/tools.yaml",
+    "charts/toolgate/files/alerts-proxy.yaml",
+    "charts/toolgate/files/alerts-operator.yaml",
+    "charts/toolgate/tests/alerts_test.yaml",
+    "crds/toolgate.yaml",
+];
+
 fn repo(path: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -91,16 +115,7 @@ fn yaml_blocks(text: &str) -> Vec<String> {
 
 #[test]
 fn every_shipped_yaml_document_reads_as_before() {
-    let files = [
-        "example/proxy.yaml",
-        "example/architecture-example.yaml",
-        "example/k8s/shop.yaml",
-        "example/k8s/tools.yaml",
-        "charts/toolgate/files/alerts-proxy.yaml",
-        "charts/toolgate/files/alerts-operator.yaml",
-        "charts/toolgate/tests/alerts_test.yaml",
-        "crds/toolgate.yaml",
-    ];
+    let files = SHIPPED;
     let mut docs = 0;
     for f in files {
         let text = std::fs::read_to_string(repo(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
@@ -129,6 +144,94 @@ fn every_shipped_yaml_document_reads_as_before() {
         }
     }
     assert!(docs >= 15, "only {docs} documents found");
+}
+
+#[test]
+fn the_event_composer_reads_what_serde_saphyr_read() {
+    // Every shipped document, and a generated config of 200 tools in both styles.
+    let mut docs = Vec::new();
+    for f in SHIPPED {
+        docs.extend(documents(&std::fs::read_to_string(repo(f)).unwrap()));
+    }
+    let mut big = String::from("tools:\n");
+    for i in 0..200 {
+        big += &format!(
+            "  - name: lookup_{i:03}\n    description: \"Record {i}: a generated one\"\n    \
+             inputSchema: {{type: object, required: [id], properties: {{id: {{type: string, pattern: '^[a-z]+$'}}, \
+             n: {{type: integer, minimum: -{i}, maximum: {i}.5}}, f: {{type: array, items: {{enum: [a, b, yes, 0755]}}}}}}}}\n    \
+             http: {{method: GET, path: '/r/{{id}}', timeoutMs: {i}000}}\n"
+        );
+    }
+    docs.push(big);
+    for (i, d) in docs.iter().enumerate() {
+        let new = parse_yaml_value(d).unwrap_or_else(|e| panic!("document {i}: {e}"));
+        assert_eq!(Ok(new), saphyr(d), "document {i} reads differently:\n{d}");
+    }
+    // Scalars of every kind, one per mapping value.
+    let scalars = [
+        "~",
+        "null",
+        "NULL",
+        "",
+        "true",
+        "True",
+        "FALSE",
+        "yes",
+        "on",
+        "n",
+        "0",
+        "-0",
+        "+7",
+        "-3",
+        "0x1F",
+        "0XFF",
+        "0o17",
+        "0O17",
+        "0b11",
+        "0755",
+        "-01",
+        "1_000",
+        "0.5",
+        ".5",
+        "1.",
+        "-1.5e3",
+        "2E-2",
+        "1e5",
+        "+.5",
+        "01.5",
+        "1.5.5",
+        "18446744073709551615",
+        "18446744073709551616",
+        "-9223372036854775809",
+        "1e",
+        ".e1",
+        "inf",
+        "nan",
+        "-.nan",
+        "0x",
+        "0o8",
+        "12:30:00",
+        "2001-12-14",
+        "'5'",
+        "\"5\"",
+        "'true'",
+        "!!str 5",
+        "! 5",
+        "!!int '5'",
+        "!!float 5",
+        "!!bool 'true'",
+        "!!null ''",
+        "!custom 5",
+        "|\n  a\n",
+    ];
+    for sc in scalars {
+        let text = format!("v: {sc}\n");
+        assert_eq!(
+            parse_yaml_value(&text).map_err(|_| ()),
+            saphyr(&text).map_err(|_| ()),
+            "{sc:?}"
+        );
+    }
 }
 
 #[test]

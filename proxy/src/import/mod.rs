@@ -92,7 +92,7 @@ pub fn parse(text: &str) -> Result<Value, String> {
     if text.trim_start().starts_with('{') {
         return serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"));
     }
-    toolgate_config::parse_yaml_value(text).map_err(|e| format!("not valid YAML: {e}"))
+    toolgate_config::parse_yaml_value(text).map_err(|e| e.to_string())
 }
 
 const PLACEHOLDER_BASE_URL: &str = "http://127.0.0.1:8080";
@@ -369,6 +369,14 @@ mod tests {
         assert_eq!(c, "# x --- kind: ClusterRoleBinding a: b c\n# second\n");
         let parsed = toolgate_config::parse_yaml_value(&format!("{c}k: v\n")).unwrap();
         assert_eq!(parsed, json!({"k": "v"}));
+    }
+
+    #[test]
+    fn a_broken_spec_says_which_syntax_failed_once() {
+        let yaml = parse("openapi: 3.0.0\npaths: [unclosed\n").unwrap_err();
+        assert_eq!(yaml.matches("not valid YAML").count(), 1, "{yaml}");
+        let json = parse("{\"openapi\": ").unwrap_err();
+        assert!(json.starts_with("not valid JSON: "), "{json}");
     }
 
     #[test]
