@@ -201,7 +201,7 @@ fn serve(args: &[String]) -> ExitCode {
         return usage_error("missing --config FILE");
     };
     init_logging();
-    let cfg = match reload::load_file(&path) {
+    let (cfg, config_sha256) = match reload::load_file_with_digest(&path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("toolgate-proxy: invalid config {e}");
@@ -230,6 +230,7 @@ fn serve(args: &[String]) -> ExitCode {
             cfg,
             StartOptions {
                 config_path: Some(path),
+                config_sha256: Some(config_sha256),
                 reload_interval: interval,
                 bind_host,
             },

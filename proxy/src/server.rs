@@ -26,6 +26,9 @@ use crate::{admin, mcp, reload};
 pub struct StartOptions {
     /// The file the config came from; watched for changes when set.
     pub config_path: Option<PathBuf>,
+    /// SHA-256 of the bytes of `config_path` the config was parsed from
+    /// ([`crate::reload::load_file_with_digest`]): an unchanged file is then not parsed again.
+    pub config_sha256: Option<[u8; 32]>,
     /// How often the config file is checked for changes.
     pub reload_interval: Duration,
     /// Bind both listeners on this address instead of the host in `server.listen` and
@@ -37,6 +40,7 @@ impl Default for StartOptions {
     fn default() -> Self {
         Self {
             config_path: None,
+            config_sha256: None,
             reload_interval: Duration::from_secs(1),
             bind_host: None,
         }
@@ -195,6 +199,7 @@ pub async fn start(config: ProxyConfig, opts: StartOptions) -> Result<Running, S
             path,
             shared.clone(),
             opts.reload_interval,
+            opts.config_sha256,
             stop_rx,
         )));
     }

@@ -23,11 +23,12 @@ const EXTRA_TOOL: &str =
     "  - name: added_later\n    inputSchema: {type: object}\n    http: {method: GET, path: /health}\n";
 
 async fn start_watching(path: &Path) -> Running {
-    let cfg = toolgate_proxy::reload::load_file(path).unwrap();
+    let (cfg, sha) = toolgate_proxy::reload::load_file_with_digest(path).unwrap();
     start(
         cfg,
         StartOptions {
             config_path: Some(path.to_path_buf()),
+            config_sha256: Some(sha),
             reload_interval: Duration::from_millis(50),
             ..StartOptions::default()
         },
@@ -99,6 +100,34 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
     std::fs::write(&path, &base).unwrap();
     wait_for_generation(&p, 3).await;
     assert!(!tool_names(&s).await.contains(&"added_later".to_string()));
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_change_made_before_the_first_check_is_applied() {
+    // The watcher starts from the digest of the bytes the served config was parsed from; a file
+    // rewritten between that read and the watcher's first look must still differ from it.
+    let upstream = toolgate_example_service::spawn().await.unwrap();
+    let dir = temp_dir("early");
+    let path = dir.join("proxy.yaml");
+    let base = config_text(upstream, "");
+    std::fs::write(&path, &base).unwrap();
+    let (cfg, sha) = toolgate_proxy::reload::load_file_with_digest(&path).unwrap();
+    std::fs::write(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
+    let p = start(
+        cfg,
+        StartOptions {
+            config_path: Some(path.clone()),
+            config_sha256: Some(sha),
+            reload_interval: Duration::from_millis(50),
+            ..StartOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(p.shared.runtime.load().tool("added_later").is_none());
+    wait_for_generation(&p, 2).await;
+    assert!(p.shared.runtime.load().tool("added_later").is_some());
     p.shutdown().await;
 }
 
