@@ -4,6 +4,8 @@ out of the way (the load comes from one address and one identity), plus generate
 100 in all (BENCH_TOOLS=N: N), and the `slow_lookup` tool (1 ms of service time).
 
     bench/config.py OUT UPSTREAM_PORT MCP_PORT ADMIN_PORT
+With BENCH_DISTINCT=1 every generated tool's schema differs (its own pattern and enum), so
+none share a compiled validator or pattern, as tools with identical schemas do.
 With BENCH_POLICY=1: API-key auth over 1,000 keys (`bench-key-N`, role admin) and an audit
 record per call written to a file beside OUT; otherwise auth off and audit off.
 """
@@ -35,7 +37,10 @@ text += """
     http: {method: GET, path: /slow, query: {ms: "{ms}"}}
 """
 have = len(re.findall(r"^  - name: ", text, re.M))
+distinct = os.environ.get("BENCH_DISTINCT") == "1"
 for i in range(int(os.environ.get("BENCH_TOOLS", "100")) - have):
+    pattern = f"^r{i}-[a-z0-9-]+$" if distinct else "^[a-z0-9-]+$"
+    extra = f", f{i}" if distinct else ""
     text += f"""
   - name: lookup_record_{i:03d}
     title: Lookup record {i}
@@ -46,8 +51,8 @@ for i in range(int(os.environ.get("BENCH_TOOLS", "100")) - have):
       additionalProperties: false
       required: [recordId]
       properties:
-        recordId: {{type: string, pattern: "^[a-z0-9-]+$"}}
-        fields: {{type: array, items: {{type: string, enum: [id, name, plan, balance]}}}}
+        recordId: {{type: string, pattern: "{pattern}"}}
+        fields: {{type: array, items: {{type: string, enum: [id, name, plan, balance{extra}]}}}}
         verbose: {{type: boolean}}
     http: {{method: GET, path: "/customers/{{recordId}}", query: {{fields: "{{fields}}"}}}}
     response: {{pick: [/id, /name], redact: [/internalNotes]}}

@@ -2,6 +2,7 @@
 //! indexed, `tools/list` entries rendered. Swapped atomically on reload.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -54,13 +55,13 @@ pub struct CompiledTool {
     pub tier: Tier,
     /// Effective safety class.
     pub safety: Safety,
-    /// Compiled `inputSchema`.
-    pub input: jsonschema::Validator,
+    /// Compiled `inputSchema` (shared with the tools whose schema is identical).
+    pub input: Arc<jsonschema::Validator>,
     /// `inputSchema` uses `$ref` (its violations can cost more than its size says: validated off
     /// the workers).
     pub input_has_refs: bool,
-    /// Compiled `outputSchema`, if any.
-    pub output: Option<jsonschema::Validator>,
+    /// Compiled `outputSchema`, if any (shared likewise).
+    pub output: Option<Arc<jsonschema::Validator>>,
     /// Parsed path template.
     pub path: Template,
     /// Parsed query templates.
@@ -415,7 +416,7 @@ impl Runtime {
 
 fn compile_tool(
     mut t: ToolConfig,
-    (input, output): (jsonschema::Validator, Option<jsonschema::Validator>),
+    (input, output): toolgate_config::ToolSchemas,
     default_timeout_ms: u64,
 ) -> Result<CompiledTool, (&'static str, String)> {
     let path = Template::parse(&t.http.path).map_err(|e| ("http.path", e.to_string()))?;

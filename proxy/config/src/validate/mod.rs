@@ -9,6 +9,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::pointer::Pointer;
 use crate::{ConfigError, ProxyConfig, API_VERSION, KIND, MAX_TOOL_TIMEOUT_MS};
@@ -31,8 +32,12 @@ pub const RESERVED_HEADERS: [&str; 11] = [
 /// The largest request body a config may allow (64 MiB).
 pub const MAX_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
-/// Each tool's compiled `inputSchema` and `outputSchema`, in the order of `tools`.
-pub type CompiledSchemas = Vec<(jsonschema::Validator, Option<jsonschema::Validator>)>;
+/// One tool's compiled `inputSchema` and `outputSchema`; tools with identical schemas share
+/// them ([`crate::schema::Compiler`]).
+pub type ToolSchemas = (Arc<jsonschema::Validator>, Option<Arc<jsonschema::Validator>>);
+
+/// Each tool's compiled schemas, in the order of `tools`.
+pub type CompiledSchemas = Vec<ToolSchemas>;
 
 impl ProxyConfig {
     /// Checks everything serde cannot: versions, addresses, URLs, tool names, schemas,
@@ -62,7 +67,7 @@ impl ProxyConfig {
         self.validate_upstream(&mut errs);
         self.validate_policy(&mut errs);
         let mut seen: HashMap<&str, usize> = HashMap::new();
-        let patterns = crate::schema::Patterns::default();
+        let mut schemas = crate::schema::Compiler::default();
         let provenance = self.provenance_headers();
         for (i, tool) in self.tools.iter().enumerate() {
             let at = format!("tools[{i}] ({})", tool.name);
@@ -73,7 +78,7 @@ impl ProxyConfig {
                     format!("duplicate tool name `{}` (first declared at tools[{first}])", tool.name),
                 ));
             }
-            compiled.extend(validate_tool(tool, &at, &patterns, &mut errs));
+            compiled.extend(validate_tool(tool, &at, &mut schemas, &mut errs));
             if let Some(role) = &tool.required_role {
                 if !self.policy.roles.contains(role) {
                     errs.push(ConfigError::new(

@@ -1,6 +1,7 @@
 //! Checks of one tool: name, mapping, pointers, status classes and its schemas.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -20,20 +21,20 @@ pub fn is_valid_tool_name(name: &str) -> bool {
 pub(super) fn validate_tool(
     tool: &ToolConfig,
     at: &str,
-    patterns: &crate::schema::Patterns,
+    schemas: &mut crate::schema::Compiler,
     errs: &mut Vec<ConfigError>,
-) -> Option<(jsonschema::Validator, Option<jsonschema::Validator>)> {
+) -> Option<super::ToolSchemas> {
     if !is_valid_tool_name(&tool.name) {
         errs.push(ConfigError::new(
             format!("{at}.name"),
             "must be 1-128 characters of letters, digits, `_`, `-` or `.`",
         ));
     }
-    let (declared, input) = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), patterns, errs).unzip();
+    let (declared, input) = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), schemas, errs).unzip();
     let output = tool
         .output_schema
         .as_ref()
-        .map(|out| check_schema(out, &format!("{at}.outputSchema"), patterns, errs).map(|(_, v)| v));
+        .map(|out| check_schema(out, &format!("{at}.outputSchema"), schemas, errs).map(|(_, v)| v));
     if tool.effective_tier() == crate::Tier::Read {
         use crate::Method;
         let method = tool.http.method.as_str();
@@ -232,9 +233,9 @@ fn is_status_key(key: &str) -> bool {
 fn check_schema(
     schema: &Value,
     at: &str,
-    patterns: &crate::schema::Patterns,
+    schemas: &mut crate::schema::Compiler,
     errs: &mut Vec<ConfigError>,
-) -> Option<(BTreeSet<String>, jsonschema::Validator)> {
+) -> Option<(BTreeSet<String>, Arc<jsonschema::Validator>)> {
     let Some(obj) = schema.as_object() else {
         errs.push(ConfigError::new(at, "must be a JSON Schema object"));
         return None;
@@ -251,7 +252,7 @@ fn check_schema(
             ),
         ));
     }
-    let validator = match crate::schema::compile(schema, patterns) {
+    let validator = match schemas.compile(schema) {
         Ok(v) => v,
         Err(e) => {
             errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
