@@ -15,8 +15,10 @@
 //!   type; other tags are ignored;
 //! - mapping keys become strings (`404:` and `"404":` are the same key); a duplicate key, a
 //!   null key or a collection as a key is an error; `<<` is an ordinary key;
-//! - aliases copy their anchor's value; the copies count against [`MAX_NODES`], which bounds an
-//!   alias bomb, and nesting past [`MAX_DEPTH`] is refused;
+//! - aliases copy their anchor's value. The copies, and the copy each anchor keeps of its node,
+//!   count against [`MAX_NODES`] and their scalar text against [`MAX_COPIED_BYTES`], which bound
+//!   an alias bomb of many small nodes or of one long string; nesting past [`MAX_DEPTH`] is
+//!   refused, through aliases too;
 //! - `.inf`, `.nan` and literals that overflow to infinity are refused (JSON has no such numbers);
 //! - a file holds one document.
 
@@ -32,6 +34,10 @@ pub const MAX_DEPTH: usize = 64;
 /// config has about 40,000, and the cap keeps a document of aliases of aliases from growing to
 /// gigabytes.
 pub const MAX_NODES: usize = 1_000_000;
+
+/// Most scalar text (keys included) that aliases copy and anchors keep, on top of the document's
+/// own text: a long string aliased many times cannot grow past it.
+pub const MAX_COPIED_BYTES: usize = 64 * 1024 * 1024;
 
 /// Parses one YAML document into a JSON value; an empty document is `null`. The error names the
 /// line and column.
@@ -49,8 +55,10 @@ struct Frame {
     items: Items,
     /// The anchor it defines (0: none).
     anchor: usize,
-    /// The node count before it opened (to size the anchor).
-    nodes: usize,
+    /// The size counts before it opened (to size the anchor).
+    start: Size,
+    /// Levels of collections under it (0 until one is added).
+    below: usize,
     /// Where it begins.
     at: Marker,
 }
@@ -61,12 +69,30 @@ enum Items {
     Map(Map<String, Value>, Option<(String, Marker)>),
 }
 
+/// What a node costs: nodes and scalar bytes composed so far, or held by one anchored node.
+#[derive(Clone, Copy, Default)]
+struct Size {
+    nodes: usize,
+    bytes: usize,
+}
+
+/// An anchored node: its value, its size and its levels of collections (a scalar has none).
+struct Anchor {
+    value: Value,
+    size: Size,
+    levels: usize,
+}
+
 #[derive(Default)]
 struct Composer {
     stack: Vec<Frame>,
-    /// Anchor id → its value and how many nodes it holds.
-    anchors: HashMap<usize, (Value, usize)>,
-    nodes: usize,
+    anchors: HashMap<usize, Anchor>,
+    /// The document's nodes composed so far, alias copies included.
+    total: Size,
+    /// The nodes the anchors' own copies hold.
+    kept: usize,
+    /// The scalar bytes that aliases copied and anchors keep.
+    copied: usize,
     documents: usize,
     root: Option<Value>,
 }
@@ -85,11 +111,17 @@ impl Composer {
                 }
             }
             Event::Scalar(text, style, anchor, tag) => {
-                let start = self.nodes;
-                self.count(1, m)?;
+                let start = self.total;
+                self.count(
+                    Size {
+                        nodes: 1,
+                        bytes: text.len(),
+                    },
+                    m,
+                )?;
                 let value = scalar(&text, style, tag.as_deref()).map_err(|e| at(m, e))?;
-                self.define(anchor, &value, start);
-                self.add(value, m)?;
+                self.define(anchor, &value, start, 0, m)?;
+                self.add(value, 0, m)?;
             }
             Event::SequenceStart(_, anchor, _) => self.open(Items::Seq(Vec::new()), anchor, m)?,
             Event::MappingStart(_, anchor, _) => self.open(Items::Map(Map::new(), None), anchor, m)?,
@@ -102,19 +134,28 @@ impl Composer {
                     Items::Map(map, None) => Value::Object(map),
                     Items::Map(_, Some((key, km))) => return Err(at(km, format!("key `{key}` has no value"))),
                 };
-                self.define(frame.anchor, &value, frame.nodes);
-                self.add(value, frame.at)?;
+                let levels = frame.below + 1;
+                self.define(frame.anchor, &value, frame.start, levels, m)?;
+                self.add(value, levels, frame.at)?;
             }
             Event::Alias(id) => {
-                let Some((value, size)) = self.anchors.get(&id) else {
+                let Some(anchor) = self.anchors.get(&id) else {
                     return Err(at(
                         m,
                         "an alias to an anchor not defined before it (or to a node that contains it)",
                     ));
                 };
-                let (value, size) = (value.clone(), *size);
-                self.count(size, m)?;
-                self.add(value, m)?;
+                let (size, levels) = (anchor.size, anchor.levels);
+                // Everything is checked before the value is copied.
+                if self.stack.len() + levels > MAX_DEPTH {
+                    return Err(at(
+                        m,
+                        format!("nested more than {MAX_DEPTH} levels deep (through an alias)"),
+                    ));
+                }
+                self.copy(size, true, m)?;
+                let value = self.anchors[&id].value.clone();
+                self.add(value, levels, m)?;
             }
             // Stream and document boundaries, and presentation metadata.
             _ => {}
@@ -122,42 +163,81 @@ impl Composer {
         Ok(())
     }
 
-    fn count(&mut self, n: usize, m: Marker) -> Result<(), String> {
-        self.nodes = self.nodes.saturating_add(n);
-        if self.nodes > MAX_NODES {
+    fn count(&mut self, n: Size, m: Marker) -> Result<(), String> {
+        self.total.nodes = self.total.nodes.saturating_add(n.nodes);
+        self.total.bytes = self.total.bytes.saturating_add(n.bytes);
+        if self.total.nodes.saturating_add(self.kept) > MAX_NODES {
             return Err(at(m, format!("more than {MAX_NODES} nodes (aliases count each copy)")));
         }
         Ok(())
     }
 
+    /// Counts a copy of `n`: an alias's (`into_document`), or the one an anchor keeps.
+    fn copy(&mut self, n: Size, into_document: bool, m: Marker) -> Result<(), String> {
+        if into_document {
+            self.count(n, m)?;
+        } else {
+            self.kept = self.kept.saturating_add(n.nodes);
+            self.count(Size::default(), m)?;
+        }
+        self.copied = self.copied.saturating_add(n.bytes);
+        if self.copied > MAX_COPIED_BYTES {
+            return Err(at(
+                m,
+                format!(
+                    "aliases copy more than {} MiB of text",
+                    MAX_COPIED_BYTES / (1024 * 1024)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn open(&mut self, items: Items, anchor: usize, m: Marker) -> Result<(), String> {
-        let nodes = self.nodes;
-        self.count(1, m)?;
+        let start = self.total;
+        self.count(Size { nodes: 1, bytes: 0 }, m)?;
         if self.stack.len() >= MAX_DEPTH {
             return Err(at(m, format!("nested more than {MAX_DEPTH} levels deep")));
         }
         self.stack.push(Frame {
             items,
             anchor,
-            nodes,
+            start,
+            below: 0,
             at: m,
         });
         Ok(())
     }
 
-    /// Records the value of an anchored node (nodes counted since `start`).
-    fn define(&mut self, anchor: usize, value: &Value, start: usize) {
+    /// Records the value of an anchored node (counted since `start`, `levels` of collections):
+    /// the copy it keeps counts like an alias's.
+    fn define(&mut self, anchor: usize, value: &Value, start: Size, levels: usize, m: Marker) -> Result<(), String> {
         if anchor != 0 {
-            self.anchors.insert(anchor, (value.clone(), self.nodes - start));
+            let size = Size {
+                nodes: self.total.nodes - start.nodes,
+                bytes: self.total.bytes - start.bytes,
+            };
+            self.copy(size, false, m)?;
+            self.anchors.insert(
+                anchor,
+                Anchor {
+                    value: value.clone(),
+                    size,
+                    levels,
+                },
+            );
         }
+        Ok(())
     }
 
-    /// Places a finished node: the document's root, a sequence item, a key or a key's value.
-    fn add(&mut self, value: Value, m: Marker) -> Result<(), String> {
+    /// Places a finished node of `levels` collections: the document's root, a sequence item, a
+    /// key or a key's value.
+    fn add(&mut self, value: Value, levels: usize, m: Marker) -> Result<(), String> {
         let Some(frame) = self.stack.last_mut() else {
             self.root = Some(value);
             return Ok(());
         };
+        frame.below = frame.below.max(levels);
         match &mut frame.items {
             Items::Seq(items) => items.push(value),
             Items::Map(map, pending) => match pending.take() {
@@ -425,6 +505,56 @@ mod tests {
             err(&bomb)
         );
         assert!(err("a: *nowhere").contains("line 1"), "{}", err("a: *nowhere"));
+    }
+
+    #[test]
+    fn aliases_cannot_nest_past_the_depth_limit() {
+        // Each line is 8 levels deep holding the previous line's alias: 8 lines would be 64
+        // levels inside a top-level mapping, 65 in all, with no line itself deep.
+        let mut doc = String::new();
+        let mut prev = "x".to_string();
+        for i in 0..8 {
+            doc += &format!("a{i}: &a{i} [[[[[[[[{prev}]]]]]]]]\n");
+            prev = format!("*a{i}");
+        }
+        let e = err(&doc);
+        assert!(
+            e.contains("levels deep (through an alias)") && e.contains("line 8"),
+            "{e}"
+        );
+        // Seven such lines are 57 levels: within the limit, and the copies are whole.
+        let seven: String = doc.lines().take(7).map(|l| format!("{l}\n")).collect();
+        let v = ok(&seven);
+        let mut node = &v["a6"];
+        for _ in 0..56 {
+            node = &node[0];
+        }
+        assert_eq!(node, &json!("x"));
+    }
+
+    #[test]
+    fn long_strings_aliased_many_times_are_refused_by_their_bytes() {
+        // 1 MiB aliased 100 times: few nodes, 100 MiB of copies.
+        let doc = format!("s: &s {}\nall: [{}]\n", "x".repeat(1 << 20), ["*s"; 100].join(", "));
+        let e = err(&doc);
+        assert!(e.contains("aliases copy more than 64 MiB of text"), "{e}");
+        // Ten copies are fine.
+        let doc = format!("s: &s {}\nall: [{}]\n", "x".repeat(1 << 20), ["*s"; 10].join(", "));
+        assert_eq!(ok(&doc)["all"].as_array().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn the_copies_nested_anchors_keep_count_against_the_node_cap() {
+        // 40 nested anchors around 30,000 scalars keep 40 copies of them: 1.2 million nodes,
+        // with no alias at all.
+        let items = vec!["1"; 30_000].join(", ");
+        let open: String = (0..40).map(|i| format!("&n{i} [")).collect();
+        let doc = format!("v: {open}{items}{}\n", "]".repeat(40));
+        let e = err(&doc);
+        assert!(e.contains(&format!("more than {MAX_NODES} nodes")), "{e}");
+        // Anchors nested three deep keep three copies: well within the cap.
+        let doc = format!("v: &a [&b [&c [{items}]]]\nw: *c\n");
+        assert_eq!(ok(&doc)["w"].as_array().unwrap().len(), 30_000);
     }
 
     #[test]
