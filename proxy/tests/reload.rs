@@ -24,6 +24,11 @@ const EXTRA_TOOL: &str =
 
 async fn start_watching(path: &Path) -> Running {
     let (cfg, sha) = toolgate_proxy::reload::load_file_with_digest(path).unwrap();
+    watch_from(path, cfg, sha).await
+}
+
+/// Serves `cfg`, parsed from bytes whose SHA-256 is `sha`, and watches `path` for changes.
+async fn watch_from(path: &Path, cfg: toolgate_config::ProxyConfig, sha: [u8; 32]) -> Running {
     start(
         cfg,
         StartOptions {
@@ -114,17 +119,7 @@ async fn a_change_made_before_the_first_check_is_applied() {
     std::fs::write(&path, &base).unwrap();
     let (cfg, sha) = toolgate_proxy::reload::load_file_with_digest(&path).unwrap();
     std::fs::write(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
-    let p = start(
-        cfg,
-        StartOptions {
-            config_path: Some(path.clone()),
-            config_sha256: Some(sha),
-            reload_interval: Duration::from_millis(50),
-            ..StartOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let p = watch_from(&path, cfg, sha).await;
     assert!(p.shared.runtime.load().tool("added_later").is_none());
     wait_for_generation(&p, 2).await;
     assert!(p.shared.runtime.load().tool("added_later").is_some());
