@@ -1,97 +1,21 @@
-//! The operator against a real kube-apiserver + etcd (started by the harness): CRDs, CEL,
-//! reconcile, status, hot-reloadable tool edits, deletion, restarts and leader election.
+//! The operator against a real kube-apiserver + etcd (started by the harness): reconcile,
+//! status, hot-reloadable tool edits and deletion (CEL rules are in `crds.rs`, restarts and
+//! leader election in `lifecycle.rs`).
 
 mod common;
-
-use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret, Service};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 use toolgate_operator::crd::{McpServer, McpTool};
-
-async fn config_text(c: &Client, ns: &str, name: &str) -> Option<String> {
-    let cm = Api::<ConfigMap>::namespaced(c.clone(), ns)
-        .get_opt(&format!("{name}-toolgate"))
-        .await
-        .ok()??;
-    cm.data?.get(toolgate_operator::render::CONFIG_KEY).cloned()
-}
 
 fn tool_names(text: &str) -> Vec<String> {
     let cfg = toolgate_config::parse_text(text).expect("the proxy loads the rendered config");
     cfg.validate().expect("and it validates");
     cfg.tools.iter().map(|t| t.name.clone()).collect()
-}
-
-#[tokio::test]
-async fn crds_install_and_cel_rules_reject_bad_objects_at_apply() {
-    let c = client().await;
-    let ns = namespace(&c, "cel").await;
-    let post = |kind: &str, body: Value| {
-        let c = c.clone();
-        let ns = ns.clone();
-        let kind = kind.to_string();
-        async move {
-            let r = if kind == "McpTool" {
-                let t: McpTool = serde_json::from_value(body).unwrap();
-                Api::<McpTool>::namespaced(c, &ns)
-                    .create(&PostParams::default(), &t)
-                    .await
-                    .map(|_| ())
-            } else {
-                let s: McpServer = serde_json::from_value(body).unwrap();
-                Api::<McpServer>::namespaced(c, &ns)
-                    .create(&PostParams::default(), &s)
-                    .await
-                    .map(|_| ())
-            };
-            api_error(r.expect_err("the apiserver must refuse this object"))
-        }
-    };
-    let (code, msg) = post("McpTool", tool("t1", "bad name!", json!({}))).await;
-    assert_eq!(code, 422);
-    assert!(msg.contains("must be 1-128 characters"), "{msg}");
-    let (_, msg) = post("McpTool", tool("t2", "ok", json!({"inputSchema": {"type": "array"}}))).await;
-    assert!(msg.contains("inputSchema must have type: object at its root"), "{msg}");
-    let (_, msg) = post(
-        "McpTool",
-        tool("t3", "ok", json!({"http": {"method": "GET", "path": "customers"}})),
-    )
-    .await;
-    assert!(msg.contains("http.path must start with /"), "{msg}");
-    let (_, msg) = post("McpServer", server("s1", json!({"upstream": {"port": 8080}}))).await;
-    assert!(msg.contains("Sidecar mode needs workloadRef"), "{msg}");
-    let (_, msg) = post(
-        "McpServer",
-        server("s2", json!({"mode": "Gateway", "upstream": {"port": 8080}})),
-    )
-    .await;
-    assert!(msg.contains("Gateway mode needs upstream.service"), "{msg}");
-    let (_, msg) = post(
-        "McpServer",
-        server(
-            "s3",
-            json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}, "auth": {"mode": "apiKey"}}),
-        ),
-    )
-    .await;
-    assert!(msg.contains("need credentialsSecretRef"), "{msg}");
-    // A valid pair is accepted, with the defaults filled in by the schema.
-    let s: McpServer = serde_json::from_value(server(
-        "shop",
-        json!({"workloadRef": {"name": "shop"}, "upstream": {"port": 8080}}),
-    ))
-    .unwrap();
-    let created = Api::<McpServer>::namespaced(c.clone(), &ns)
-        .create(&PostParams::default(), &s)
-        .await
-        .expect("valid server");
-    assert_eq!(created.spec.port, 8931);
-    assert!(created.spec.read_only, "readOnly defaults to true");
 }
 
 #[tokio::test]
@@ -294,144 +218,6 @@ async fn a_server_and_its_tools_become_config_sidecar_service_and_status_and_del
     drop(op);
 }
 
-/// The McpTool list of a namespace with this many tools takes three pages, so a restarted
-/// operator that reconciled before its caches were complete would render a part of them.
-const MANY: usize = 1200;
-
-/// Whether the ConfigMap of `shop` holds `n` tools within 120 s.
-async fn wait_rendered(c: &Client, ns: &str, n: usize) -> bool {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        while config_text(c, ns, "shop").await.map(|t| rendered_tools(&t)) != Some(n) {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .is_ok()
-}
-
-#[tokio::test]
-async fn a_restarted_operator_never_writes_a_partial_config() {
-    let c = client().await;
-    let ns = namespace(&c, "partial").await;
-    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
-    apply_shop_server(&c, &ns).await;
-    let tools = (0..MANY)
-        .map(|i| tool(&format!("tool-{i}"), &format!("tool_{i}"), json!({})))
-        .collect();
-    apply_all(&c, &ns, tools, 16).await;
-    let mut first = Operator::start(&ns, "toolgate", &[]);
-    assert!(
-        wait_rendered(&c, &ns, MANY).await,
-        "not every tool was rendered; metrics {}\nlog:\n{}",
-        first.metrics_text(),
-        first.logs()
-    );
-    first.stop_with("-KILL");
-
-    // One more tool while no operator runs: the next one must write, and must write them all.
-    let writes = ConfigWrites::watch(&c, &ns);
-    let _: McpTool = apply(&c, &ns, tool("tool-new", "tool_new", json!({}))).await;
-    let second = Operator::start(&ns, "toolgate", &[]);
-    assert!(
-        wait_rendered(&c, &ns, MANY + 1).await,
-        "the new tool was not rendered; ConfigMap versions {:?}; metrics {}\nlog:\n{}",
-        writes.seen(),
-        second.metrics_text(),
-        second.logs()
-    );
-    let seen = writes.seen();
-    assert!(
-        seen.iter().all(|(_, n)| *n >= MANY),
-        "a ConfigMap was written with fewer tools than exist: {seen:?}\n{}",
-        second.logs()
-    );
-    assert_eq!(
-        second
-            .metrics()
-            .get("toolgate_operator_api_writes_total{kind=\"ConfigMap\",verb=\"apply\"}")
-            .copied(),
-        Some(1.0),
-        "one write of the ConfigMap: {:?}",
-        second.metrics()
-    );
-}
-
-#[tokio::test]
-async fn a_restarted_operator_converges_and_then_writes_nothing() {
-    let c = client().await;
-    let ns = namespace(&c, "restart").await;
-    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
-    for i in 0..5 {
-        let _: McpTool = apply(&c, &ns, tool(&format!("tool-{i}"), &format!("tool_{i}"), json!({}))).await;
-    }
-    apply_shop_server(&c, &ns).await;
-    let mut first = Operator::start(&ns, "toolgate", &[]);
-    eventually("a first ConfigMap", WAIT, || async {
-        config_text(&c, &ns, "shop").await
-    })
-    .await;
-    first.stop_with("-KILL");
-
-    // Changes while no operator runs.
-    let _: McpTool = apply(
-        &c,
-        &ns,
-        tool("tool-0", "tool_0", json!({"description": "changed while down"})),
-    )
-    .await;
-    Api::<McpTool>::namespaced(c.clone(), &ns)
-        .delete("tool-4", &DeleteParams::default())
-        .await
-        .unwrap();
-
-    let second = Operator::start(&ns, "toolgate", &["--lease-duration-seconds", "3"]);
-    eventually("the changes rendered", WAIT, || async {
-        let t = config_text(&c, &ns, "shop").await?;
-        (t.contains("changed while down") && !t.contains("tool_4")).then_some(())
-    })
-    .await;
-    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
-    for i in 0..4 {
-        let name = format!("tool-{i}");
-        wait_condition(&c, &ns, "McpTool", &name, "Accepted", "True", "Accepted").await;
-        eventually("the tool's status describes its generation", WAIT, || async {
-            let t = get_tool(&c, &ns, &name).await;
-            (t["status"]["observedGeneration"] == t["metadata"]["generation"]).then_some(())
-        })
-        .await;
-    }
-    drop(second);
-
-    // A third start on a converged namespace: every reconcile is a no-op.
-    let third = Operator::start(&ns, "toolgate", &["--lease-duration-seconds", "3"]);
-    eventually("the third operator reconciled the server", WAIT, || async {
-        (third
-            .metrics()
-            .get("toolgate_operator_reconciles_total{controller=\"mcpserver\",result=\"ok\"}")
-            .copied()?
-            >= 1.0)
-            .then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let writes = third.total("toolgate_operator_api_writes_total");
-    assert_eq!(
-        writes,
-        0.0,
-        "a converged resync must write nothing: {:?}\n{}",
-        third.metrics(),
-        third.logs()
-    );
-    // Every reconcile read the watch caches: not one object was read on its own.
-    let reads = third.total("toolgate_operator_api_reads_total");
-    assert_eq!(
-        reads,
-        0.0,
-        "a converged resync must read nothing but its watches: {:?}",
-        third.metrics()
-    );
-}
-
 #[tokio::test]
 async fn gateway_mode_runs_its_own_deployment_and_becomes_ready_when_available() {
     let c = client().await;
@@ -557,52 +343,6 @@ async fn a_missing_or_unlabelled_secret_holds_the_sidecar_until_it_may_be_mounte
         "{text}"
     );
     assert!(!text.contains("s3cr3t"), "a secret value reached the ConfigMap");
-}
-
-#[tokio::test]
-async fn two_replicas_elect_one_leader_and_the_standby_takes_over() {
-    let c = client().await;
-    let ns = namespace(&c, "leader").await;
-    let _: Deployment = apply(&c, &ns, deployment("shop")).await;
-    let _: McpTool = apply(&c, &ns, tool("get-customer", "get_customer", json!({}))).await;
-    apply_shop_server(&c, &ns).await;
-    let args = ["--lease-duration-seconds", "3"];
-    let mut a = Operator::start(&ns, "toolgate", &args);
-    let b = Operator::start(&ns, "toolgate", &args);
-    let leader = |o: &Operator| o.metrics().get("toolgate_operator_leader").copied();
-    eventually("exactly one leader", WAIT, || async {
-        match (leader(&a), leader(&b)) {
-            (Some(x), Some(y)) if x + y == 1.0 => Some(()),
-            _ => None,
-        }
-    })
-    .await;
-    wait_condition(&c, &ns, "McpServer", "shop", "Ready", "True", "Ready").await;
-    let (mut gone, standby) = if leader(&a) == Some(1.0) { (a, b) } else { (b, a) };
-    assert_eq!(
-        standby.total("toolgate_operator_reconciles_total"),
-        0.0,
-        "the standby must not reconcile"
-    );
-    gone.stop_with("-KILL");
-    eventually("the standby leads", WAIT, || async {
-        (leader(&standby) == Some(1.0)).then_some(())
-    })
-    .await;
-    let _: McpTool = apply(
-        &c,
-        &ns,
-        tool("get-customer", "get_customer", json!({"description": "after failover"})),
-    )
-    .await;
-    eventually("the new leader renders the edit", WAIT, || async {
-        config_text(&c, &ns, "shop")
-            .await
-            .filter(|t| t.contains("after failover"))
-    })
-    .await;
-    a = standby;
-    drop(a);
 }
 
 // Multi-threaded: the example service and the projection run while the client blocks.

@@ -591,6 +591,15 @@ pub fn api_error(e: kube::Error) -> (u16, String) {
     }
 }
 
+/// The rendered proxy config of McpServer `name` in `ns`, once its ConfigMap exists.
+pub async fn config_text(c: &Client, ns: &str, name: &str) -> Option<String> {
+    let cm = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(c.clone(), ns)
+        .get_opt(&format!("{name}-toolgate"))
+        .await
+        .ok()??;
+    cm.data?.get(toolgate_operator::render::CONFIG_KEY).cloned()
+}
+
 /// Tools in a rendered config (0 when it is not one).
 pub fn rendered_tools(text: &str) -> usize {
     serde_json::from_str::<Value>(text)
