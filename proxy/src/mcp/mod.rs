@@ -679,4 +679,3 @@ impl Peer<'_> {
         self.session.is_some_and(|s| s.rank >= rank)
     }
 }
-

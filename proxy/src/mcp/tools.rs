@@ -113,7 +113,12 @@ fn correction_question(problems: &[ErrorEntry]) -> String {
 
 /// Invalid arguments: a JSON-RPC -32602 up to 2025-06-18, a `needs_more_info` tool result from
 /// 2025-11-25 on (SEP-1303), so the model sees the errors and can correct itself.
-pub(crate) fn invalid_arguments(tool: &CompiledTool, version: &str, problems: Vec<ErrorEntry>, started: Instant) -> Reply {
+pub(crate) fn invalid_arguments(
+    tool: &CompiledTool,
+    version: &str,
+    problems: Vec<ErrorEntry>,
+    started: Instant,
+) -> Reply {
     if version >= TOOL_ERROR_VERSION {
         let outcome = Outcome {
             status: BusinessStatus::NeedsMoreInfo,
