@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolgate_config::{Annotations, BodyMode, Method, ResponseShaping, Safety, Tier};
+use toolgate_config::{Annotations, BodyMode, Method, ResponseShaping, Safety, SemanticContract, Tier};
 
 use super::{conditions_schema, free_object_schema, optional_free_object_schema, HasConditions};
 
@@ -37,24 +37,9 @@ pub struct McpToolSpec {
     pub title: Option<String>,
     /// What the tool does.
     pub description: String,
-    /// Semantic contract: when an agent should call the tool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub when_to_use: Option<String>,
-    /// Semantic contract: what the tool must never be used for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub never_use_for: Option<String>,
-    /// Semantic contract: identity the caller must have established first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub identity: Option<String>,
-    /// Semantic contract: what changes in the world when the tool runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub side_effects: Option<String>,
-    /// Semantic contract: what a successful result looks like.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub success_criteria: Option<String>,
-    /// Semantic contract: what to do when the tool cannot help.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<String>,
+    /// The semantic contract published after the description.
+    #[serde(flatten)]
+    pub contract: SemanticContract,
     /// JSON Schema of `arguments` (free-form); the root must be `type: object`.
     #[schemars(schema_with = "free_object_schema")]
     #[x_kube(validation = kube::core::Rule::new("has(self.type) && self.type == 'object'").message("inputSchema must have type: object at its root"))]

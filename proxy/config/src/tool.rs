@@ -19,24 +19,9 @@ pub struct ToolConfig {
     /// What the tool does.
     #[serde(default)]
     pub description: String,
-    /// Semantic contract: when an agent should call the tool.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub when_to_use: Option<String>,
-    /// Semantic contract: what the tool must never be used for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub never_use_for: Option<String>,
-    /// Semantic contract: identity the caller must have established first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub identity: Option<String>,
-    /// Semantic contract: what changes in the world when the tool runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub side_effects: Option<String>,
-    /// Semantic contract: what a successful result looks like.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub success_criteria: Option<String>,
-    /// Semantic contract: what to do when the tool cannot help.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fallback: Option<String>,
+    /// The semantic contract published after the description.
+    #[serde(flatten)]
+    pub contract: SemanticContract,
     /// JSON Schema of `arguments`; the root must be `type: object`.
     #[schemars(schema_with = "any_object_schema")]
     pub input_schema: Value,
@@ -63,6 +48,32 @@ pub struct ToolConfig {
     /// How the HTTP response becomes the envelope.
     #[serde(default)]
     pub response: ResponseShaping,
+}
+
+/// The semantic contract of a tool: six optional sentences an agent reads after the
+/// description, published in `tools/list` as labelled paragraphs. Shared by the ProxyConfig tool
+/// and the McpTool spec, which both flatten it into their own fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SemanticContract {
+    /// Semantic contract: when an agent should call the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_to_use: Option<String>,
+    /// Semantic contract: what the tool must never be used for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub never_use_for: Option<String>,
+    /// Semantic contract: identity the caller must have established first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// Semantic contract: what changes in the world when the tool runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side_effects: Option<String>,
+    /// Semantic contract: what a successful result looks like.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_criteria: Option<String>,
+    /// Semantic contract: what to do when the tool cannot help.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// MCP tool annotations (all optional).
@@ -383,12 +394,12 @@ impl ToolConfig {
     pub fn published_description(&self) -> String {
         let mut out = self.description.trim().to_string();
         let sections = [
-            ("When to use", &self.when_to_use),
-            ("Never use for", &self.never_use_for),
-            ("Identity", &self.identity),
-            ("Side effects", &self.side_effects),
-            ("Success criteria", &self.success_criteria),
-            ("Fallback", &self.fallback),
+            ("When to use", &self.contract.when_to_use),
+            ("Never use for", &self.contract.never_use_for),
+            ("Identity", &self.contract.identity),
+            ("Side effects", &self.contract.side_effects),
+            ("Success criteria", &self.contract.success_criteria),
+            ("Fallback", &self.contract.fallback),
         ];
         for (heading, text) in sections {
             if let Some(text) = text.as_deref().map(str::trim).filter(|t| !t.is_empty()) {

@@ -3,7 +3,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Map, Value};
-use toolgate_config::{Annotations, BodyMapping, BodyMode, HttpMapping, Method, ResponseShaping, ToolConfig};
+use toolgate_config::{
+    Annotations, BodyMapping, BodyMode, HttpMapping, Method, ResponseShaping, SemanticContract, ToolConfig,
+};
 
 use super::schema::{self, MAX_SCHEMA_BYTES};
 use super::spec::{Body, Location, Operation, Param, Spec};
@@ -500,12 +502,7 @@ fn finish(
         name: String::new(),
         title: summary.map(|s| s.chars().take(200).collect()),
         description,
-        when_to_use: None,
-        never_use_for: None,
-        identity: None,
-        side_effects: None,
-        success_criteria: None,
-        fallback: None,
+        contract: SemanticContract::default(),
         input_schema: input,
         output_schema: output,
         annotations: Some(annotations(m)),

@@ -1,6 +1,6 @@
 //! The config checks, one concern per test.
 
-use crate::parse_yaml;
+use crate::{parse_yaml, ProxyConfig};
 
 const BASE: &str =
     "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:8080'}\n";
@@ -45,6 +45,38 @@ fn unknown_keys_are_rejected_with_the_tool_named() {
     assert_eq!(e.len(), 1, "{e:?}");
     assert!(e[0].starts_with("tools[0] (t).http"), "{e:?}");
     assert!(e[0].contains("unknown field `methd`"), "{e:?}");
+}
+
+#[test]
+fn the_flattened_semantic_contract_still_refuses_unknown_and_mistyped_keys() {
+    let e =
+        errors("  - name: t\n    whenToUs: soon\n    inputSchema: {type: object}\n    http: {method: GET, path: /x}\n");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("tools[0] (t)") && e[0].contains("unknown field `whenToUs`"),
+        "{e:?}"
+    );
+    let e =
+        errors("  - name: t\n    whenToUse: [a]\n    inputSchema: {type: object}\n    http: {method: GET, path: /x}\n");
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("tools[0] (t)") && e[0].contains("expected a string"),
+        "{e:?}"
+    );
+    let schema = ProxyConfig::json_schema().to_string();
+    for key in [
+        "whenToUse",
+        "neverUseFor",
+        "identity",
+        "sideEffects",
+        "successCriteria",
+        "fallback",
+    ] {
+        assert!(
+            schema.contains(&format!("\"{key}\"")),
+            "{key} missing from the config schema"
+        );
+    }
 }
 
 #[test]
