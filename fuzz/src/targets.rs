@@ -391,8 +391,8 @@ pub fn validator(data: &[u8]) {
         return;
     };
     let valid = v.is_valid(&instance);
-    let all = args::validate(&v, &instance, true);
-    let first = args::validate(&v, &instance, false);
+    let all = args::validate_with(&v, &instance, true);
+    let first = args::validate_with(&v, &instance, false);
     assert_eq!(
         valid,
         all.is_empty(),
@@ -414,7 +414,7 @@ pub fn validator(data: &[u8]) {
         if let Value::Object(m) = &instance {
             let as_text = Value::String(Value::Object(m.clone()).to_string());
             assert!(
-                !args::validate(&v, &as_text, true).is_empty(),
+                !args::validate_with(&v, &as_text, true).is_empty(),
                 "a JSON string passed as an object"
             );
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use toolgate_config::pointer::Pointer;
-use toolgate_config::schema;
+use toolgate_config::schema::{self, LazyValidator, LazyValidators};
 use toolgate_config::{BodyMapping, BodyMode, ProxyConfig, Safety, StatusMapping, Template, Tier, ToolConfig};
 
 use crate::envelope;
@@ -55,13 +55,14 @@ pub struct CompiledTool {
     pub tier: Tier,
     /// Effective safety class.
     pub safety: Safety,
-    /// Compiled `inputSchema` (shared with the tools whose schema is identical).
-    pub input: Arc<jsonschema::Validator>,
+    /// `inputSchema`, checked at load and compiled on the tool's first call (shared with the
+    /// tools whose schema is identical).
+    pub input: Arc<LazyValidator>,
     /// `inputSchema` uses `$ref` (its violations can cost more than its size says: validated off
     /// the workers).
     pub input_has_refs: bool,
-    /// Compiled `outputSchema`, if any (shared likewise).
-    pub output: Option<Arc<jsonschema::Validator>>,
+    /// `outputSchema`, if any (compiled on its first use and shared likewise).
+    pub output: Option<Arc<LazyValidator>>,
     /// Parsed path template.
     pub path: Template,
     /// Parsed query templates.
@@ -202,18 +203,18 @@ pub struct ProvenanceHeaders {
 impl Runtime {
     /// Validates and compiles `config`.
     pub fn compile(mut config: ProxyConfig, generation: u64) -> Result<Self, CompileError> {
-        // Validating compiles every schema; those validators are the ones kept.
-        let schemas = config
-            .validate_and_compile()
-            .map_err(toolgate_config::LoadError::from)?;
+        // Validating compiles every schema, which refuses a bad one now; those validators are
+        // dropped, and each tool's is compiled again on its first call (`LazyValidator`).
+        config.validate().map_err(toolgate_config::LoadError::from)?;
+        let mut schemas = LazyValidators::default();
         let upstream = Upstream::new(&config.upstream)?;
         let digest = config_digest(&config);
         let configs = std::mem::take(&mut config.tools);
         let mut tools = Vec::with_capacity(configs.len());
         let mut index = HashMap::with_capacity(configs.len());
-        for (i, (t, schemas)) in configs.into_iter().zip(schemas).enumerate() {
+        for (i, t) in configs.into_iter().enumerate() {
             let name = t.name.clone();
-            let compiled = compile_tool(t, schemas, config.upstream.timeout_ms).map_err(|(key, msg)| {
+            let compiled = compile_tool(t, &mut schemas, config.upstream.timeout_ms).map_err(|(key, msg)| {
                 toolgate_config::LoadError::from(vec![toolgate_config::ConfigError::new(
                     format!("tools[{i}] ({name}).{key}"),
                     msg,
@@ -416,9 +417,11 @@ impl Runtime {
 
 fn compile_tool(
     mut t: ToolConfig,
-    (input, output): toolgate_config::ToolSchemas,
+    schemas: &mut LazyValidators,
     default_timeout_ms: u64,
 ) -> Result<CompiledTool, (&'static str, String)> {
+    let input = schemas.get(&t.input_schema);
+    let output = t.output_schema.as_ref().map(|s| schemas.get(s));
     let path = Template::parse(&t.http.path).map_err(|e| ("http.path", e.to_string()))?;
     let mut used: HashSet<String> = path.vars().map(str::to_string).collect();
     let mut query = Vec::with_capacity(t.http.query.len());
@@ -473,7 +476,7 @@ fn compile_tool(
     let safety = t.effective_safety();
     let listing = listing(&t);
     let input_has_refs = schema::has_refs(&t.input_schema);
-    // Compiled into `input`/`output` and rendered into `listing`: the value trees are not kept.
+    // Kept as text in `input`/`output` and rendered into `listing`: the value trees are not kept.
     t.input_schema = Value::Null;
     t.output_schema = None;
     Ok(CompiledTool {

@@ -108,6 +108,59 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
     p.shutdown().await;
 }
 
+const PATTERNED_TOOL: &str = "  - name: patterned\n    inputSchema: {type: object, required: [code], properties: {code: {type: string, pattern: '^[A-Z]{3}$'}}}\n    http: {method: GET, path: /health}\n";
+
+#[tokio::test]
+async fn schemas_compile_on_first_call_and_a_bad_pattern_is_still_refused_at_load() {
+    let upstream = toolgate_example_service::spawn().await.unwrap();
+    let dir = temp_dir("lazy");
+    let path = dir.join("proxy.yaml");
+    let base = format!("{}{PATTERNED_TOOL}", config_text(upstream, ""));
+    std::fs::write(&path, &base).unwrap();
+    let p = start_watching(&path).await;
+    let rt = p.shared.runtime.load_full();
+    let patterned = &rt.tool("patterned").unwrap().input;
+    assert!(
+        !patterned.is_compiled(),
+        "no schema is compiled before its tool is called"
+    );
+    let s = Session::open(common::client(), format!("http://{}/mcp", p.mcp_addr), "2025-06-18").await;
+    let refused = s.call("patterned", json!({"code": "abc"})).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(refused["error"]["data"]["field"], "code", "{refused}");
+    let (env, is_error) = s.envelope("patterned", json!({"code": "ABC"})).await;
+    assert!(!is_error && env["status"] == "success", "{env}");
+    assert!(patterned.is_compiled());
+    assert!(
+        !rt.tool("get_customer").unwrap().input.is_compiled(),
+        "calling one tool compiles that tool's schema only"
+    );
+
+    // A pattern the linear-time engine cannot run is refused when the file is loaded, not on
+    // the first call: the generation in force stays, and so does its validation.
+    let refused = || {
+        toolgate_proxy::metrics::METRICS
+            .config_reloads
+            .with_label_values(&["refused"])
+            .get()
+    };
+    let before = refused();
+    std::fs::write(&path, base.replace("^[A-Z]{3}$", r"^(a*)*\1b$")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refused() == before {
+        assert!(Instant::now() < deadline, "the watcher never refused the file");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        p.shared.runtime.load().generation,
+        1,
+        "the bad pattern is never applied"
+    );
+    let refused = s.call("patterned", json!({"code": "abc"})).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    p.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_change_made_before_the_first_check_is_applied() {
     // The watcher starts from the digest of the bytes the served config was parsed from; a file

@@ -74,8 +74,8 @@ pub fn parse_text(text: &str) -> Result<ProxyConfig, LoadError> {
 }
 
 /// [`parse_text`] without the validation, for a caller that validates anyway: the proxy's
-/// `Runtime::compile` runs [`ProxyConfig::validate_and_compile`] and keeps the validators it
-/// builds, so validating here too would compile every schema twice per load.
+/// `Runtime::compile` runs [`ProxyConfig::validate`] itself, so validating here too would
+/// compile every schema twice per load.
 pub fn parse_text_unvalidated(text: &str) -> Result<ProxyConfig, LoadError> {
     let value = if text.trim_start().starts_with('{') {
         parse_json_value(text)?

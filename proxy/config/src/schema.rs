@@ -9,7 +9,7 @@
 //! config is loaded, with the pattern and the reason in the message.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use jsonschema::{PatternCache, PatternOptions, Validator};
 use serde_json::Value;
@@ -41,6 +41,65 @@ impl Compiler {
             .entry(schema.to_string())
             .or_insert_with(|| compile(schema, patterns).map(Arc::new))
             .clone()
+    }
+}
+
+/// A schema that loading has already checked (it compiled), kept as its JSON text and compiled
+/// again for serving on its first use. A compiled validator and its patterns cost 5-10 KiB for a
+/// small schema, and a config of 1,000 tools of which agents call a few dozen should not hold
+/// the other validators: memory follows the tools in use, not the tools configured. The first
+/// call of a tool pays the compile (about 0.1 ms for a small schema).
+pub struct LazyValidator {
+    text: Box<str>,
+    patterns: Patterns,
+    validator: OnceLock<Result<Validator, String>>,
+}
+
+impl LazyValidator {
+    /// `schema`, to be compiled with the generation's shared `patterns` when first used.
+    pub fn new(schema: &Value, patterns: &Patterns) -> Self {
+        Self {
+            text: schema.to_string().into_boxed_str(),
+            patterns: patterns.clone(),
+            validator: OnceLock::new(),
+        }
+    }
+
+    /// The validator, compiled on the first call (concurrent first calls wait for one compile).
+    /// An error means the schema that compiled at load did not compile now, which is a bug.
+    pub fn get(&self) -> Result<&Validator, &str> {
+        self.validator
+            .get_or_init(|| {
+                let schema: Value = serde_json::from_str(&self.text).map_err(|e| e.to_string())?;
+                compile(&schema, &self.patterns)
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// Whether [`LazyValidator::get`] has compiled it.
+    pub fn is_compiled(&self) -> bool {
+        self.validator.get().is_some()
+    }
+}
+
+/// Tools with identical schemas (the same JSON text) share one [`LazyValidator`], and every
+/// schema of one config generation shares one pattern cache.
+#[derive(Default)]
+pub struct LazyValidators {
+    patterns: Patterns,
+    by_text: HashMap<String, Arc<LazyValidator>>,
+}
+
+impl LazyValidators {
+    /// The lazy validator of `schema`, shared with identical schemas seen before.
+    pub fn get(&mut self, schema: &Value) -> Arc<LazyValidator> {
+        let patterns = &self.patterns;
+        Arc::clone(
+            self.by_text
+                .entry(schema.to_string())
+                .or_insert_with(|| Arc::new(LazyValidator::new(schema, patterns))),
+        )
     }
 }
 
@@ -121,6 +180,24 @@ mod tests {
 
     fn compile_one(schema: Value) -> Result<Validator, String> {
         compile(&schema, &Patterns::default())
+    }
+
+    #[test]
+    fn lazy_validators_compile_on_first_use_and_identical_schemas_share_one() {
+        let mut lazy = LazyValidators::default();
+        let a = json!({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[a-z]+$"}}});
+        let b = json!({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[0-9]+$"}}});
+        let (a1, a2, b1) = (lazy.get(&a), lazy.get(&a.clone()), lazy.get(&b));
+        assert!(Arc::ptr_eq(&a1, &a2) && !Arc::ptr_eq(&a1, &b1));
+        assert!(
+            !a1.is_compiled() && !b1.is_compiled(),
+            "nothing compiles before its first use"
+        );
+        let v = a1.get().unwrap();
+        assert!(v.is_valid(&json!({"id": "abc"})) && !v.is_valid(&json!({"id": "123"})));
+        assert!(a2.is_compiled() && !b1.is_compiled());
+        assert!(std::ptr::eq(a1.get().unwrap(), v), "compiled once");
+        assert!(b1.get().unwrap().is_valid(&json!({"id": "123"})));
     }
 
     #[test]

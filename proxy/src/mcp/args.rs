@@ -4,6 +4,7 @@
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::types::JsonType;
 use serde_json::Value;
+use toolgate_config::schema::LazyValidator;
 
 use crate::envelope::ErrorEntry;
 
@@ -17,7 +18,27 @@ pub const MAX_REPORTED: usize = 50;
 /// first alone otherwise, because the validator builds the whole list before it hands out one,
 /// and the list for a large hostile object (a million bad items) costs more memory than the proxy
 /// has.
-pub fn validate(validator: &jsonschema::Validator, args: &Value, all: bool) -> Vec<ErrorEntry> {
+pub fn validate(validator: &LazyValidator, args: &Value, all: bool) -> Vec<ErrorEntry> {
+    match validator.get() {
+        Ok(v) => validate_with(v, args, all),
+        Err(e) => {
+            // It compiled when the config was loaded; failing now is a bug, not the caller's.
+            tracing::error!(
+                error = e,
+                "an inputSchema that compiled at load did not compile on first use"
+            );
+            vec![ErrorEntry::new(
+                "schema_unavailable",
+                "The tool's argument schema could not be prepared; the proxy logged the cause",
+                "No se pudo preparar el esquema de argumentos de la herramienta; el proxy registró la causa",
+                false,
+            )]
+        }
+    }
+}
+
+/// [`validate`] with a compiled validator.
+pub fn validate_with(validator: &jsonschema::Validator, args: &Value, all: bool) -> Vec<ErrorEntry> {
     if validator.is_valid(args) {
         return Vec::new();
     }
@@ -276,11 +297,7 @@ mod tests {
     use serde_json::json;
 
     fn errors(schema: Value, args: Value) -> Vec<ErrorEntry> {
-        validate(
-            &toolgate_config::schema::compile(&schema, &Default::default()).unwrap(),
-            &args,
-            true,
-        )
+        validate(&LazyValidator::new(&schema, &Default::default()), &args, true)
     }
 
     #[test]
@@ -291,15 +308,15 @@ mod tests {
         )
         .unwrap();
         let args = json!({"items": vec![1; 500]});
-        assert_eq!(validate(&v, &args, false).len(), 1);
-        let all = validate(&v, &args, true);
+        assert_eq!(validate_with(&v, &args, false).len(), 1);
+        let all = validate_with(&v, &args, true);
         assert_eq!(all.len(), MAX_REPORTED + 1);
         assert!(
             all[MAX_REPORTED].message.contains("450 more"),
             "{:?}",
             all[MAX_REPORTED]
         );
-        assert!(validate(&v, &json!({"items": ["a"]}), false).is_empty());
+        assert!(validate_with(&v, &json!({"items": ["a"]}), false).is_empty());
     }
 
     #[test]

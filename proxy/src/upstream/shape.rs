@@ -225,11 +225,24 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
             redact(&mut data, &p.tokens);
         }
         if status == BusinessStatus::Success {
-            if let Some(v) = &tool.output {
-                if let Some(err) = v.iter_errors(&data).next() {
+            if let Some(output) = &tool.output {
+                let violation = match output.get() {
+                    Ok(v) => v
+                        .iter_errors(&data)
+                        .next()
+                        .map(|e| e.instance_path().as_str().to_string()),
+                    Err(e) => {
+                        // It compiled at load; an answer that cannot be checked is not a success.
+                        tracing::error!(
+                            error = e,
+                            "an outputSchema that compiled at load did not compile on first use"
+                        );
+                        Some(String::new())
+                    }
+                };
+                if let Some(at) = violation {
                     outcome.status = BusinessStatus::Failed;
                     outcome.next_question = None;
-                    let at = err.instance_path().as_str().to_string();
                     outcome.errors.push(
                         ErrorEntry::new(
                             "upstream_contract_violation",
