@@ -912,7 +912,7 @@ impl JwksStub {
     }
 }
 
-fn jwks_status(s: &Setup) -> toolgate_proxy::policy::auth::JwksStatus {
+fn jwks_status(s: &Setup) -> toolgate_proxy::policy::jwks::JwksStatus {
     s.proxy
         .shared
         .runtime
@@ -962,7 +962,7 @@ async fn a_stalled_jwks_response_holds_up_no_token_whose_key_is_cached() {
     // its deadline, and is refused clearly.
     let k9 = EcKey::generate("k9");
     let unknown = format!("Bearer {}", k9.sign(&claims(&resource)));
-    let bound = toolgate_proxy::policy::auth::JWKS_FETCH_DEADLINE + Duration::from_secs(2);
+    let bound = toolgate_proxy::policy::jwks::JWKS_FETCH_DEADLINE + Duration::from_secs(2);
     let (status, headers, body) = tokio::time::timeout(bound, s.raw(&[("authorization", &unknown)], INIT))
         .await
         .expect("an unknown kid waited beyond the JWKS fetch deadline");

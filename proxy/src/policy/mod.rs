@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod clientip;
 pub mod credentials;
+pub mod jwks;
 pub mod jwt;
 pub mod ratelimit;
 pub mod time;
