@@ -228,7 +228,11 @@ impl Auditor {
 
     fn record_with(&self, rec: &AuditRecord, counts_for_health: bool) {
         let Some(tx) = &self.tx else { return };
-        let mut line = serde_json::to_vec(rec).unwrap_or_default();
+        // A record is a few hundred bytes: one allocation rather than a doubling series.
+        let mut line = Vec::with_capacity(768);
+        if serde_json::to_writer(&mut line, rec).is_err() {
+            line.clear();
+        }
         line.push(b'\n');
         if tx.try_send(Msg::Line(line)).is_err() {
             let m = &crate::metrics::METRICS;

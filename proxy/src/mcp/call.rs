@@ -37,9 +37,12 @@ impl CallAudit {
         let tool = params
             .and_then(|p| p.get("name"))
             .and_then(Value::as_str)
-            .map(|s| s.chars().take(128).collect());
+            .map(|s| super::prefix(s, 128).to_owned());
+        // Without an audit sink the record only feeds the call's metrics (tool, tier, decision,
+        // status): who called, from where and when are not worked out for nobody to read.
+        let enabled = auditor.enabled();
         let rec = AuditRecord {
-            time: audit::now(),
+            time: if enabled { audit::now() } else { String::new() },
             request_id: String::new(),
             jsonrpc_id: id.clone(),
             session_id: None,
@@ -93,16 +96,21 @@ impl CallAudit {
         });
     }
 
+    /// The record being written, when there is an audit sink to write it to.
+    fn written(&mut self) -> Option<&mut AuditRecord> {
+        self.rec.as_mut().filter(|_| self.auditor.enabled())
+    }
+
     /// The client address.
     pub fn set_ip(&mut self, ip: std::net::IpAddr) {
-        if let Some(r) = self.rec.as_mut() {
+        if let Some(r) = self.written() {
             r.client_ip = ip.to_string();
         }
     }
 
+    /// Who called (the client address is [`Self::set_ip`]'s).
     pub(crate) fn set_caller(&mut self, c: &Caller) {
-        if let Some(r) = self.rec.as_mut() {
-            r.client_ip = c.ip.to_string();
+        if let Some(r) = self.written() {
             r.subject = Some(c.identity.subject.clone());
             r.role = Some(c.identity.role.clone());
             r.agent = c.identity.agent.clone();
@@ -112,7 +120,7 @@ impl CallAudit {
     }
 
     pub(crate) fn set_peer(&mut self, p: &Peer) {
-        if let Some(r) = self.rec.as_mut() {
+        if let Some(r) = self.written() {
             r.session_id = p.session.map(|s| s.handle.to_string());
             r.client = p.client.clone();
             r.protocol_version = Some(p.version);
@@ -386,9 +394,9 @@ pub(crate) async fn tools_call(
     // completes and its audit record says how it went (never "cancelled" for a call that ran).
     let rt_call = Arc::clone(rt);
     let guard = shared.in_flight.enter();
-    let trace_id = caller.trace.trace_id_hex();
     let trace = caller.trace;
-    let rpc_id = id.to_string();
+    // Formatted only if the call fails (the log line names it).
+    let rpc_id = id.clone();
     // A 2026-07-28 client that closes the response stream cancels the request. A read is then
     // aborted (nothing happened upstream that matters); a write may already have had its effect,
     // so it runs to its end and its record says how it went. 2025 clients' calls always finish.
@@ -438,7 +446,7 @@ pub(crate) async fn tools_call(
         let outcome = match result {
             Ok(resp) => shape::response(tool, &resp),
             Err(e) => {
-                tracing::warn!(tool = %tool.config.name, rpc_id = %rpc_id, error = e.kind(), trace_id = %trace_id, "upstream call failed");
+                tracing::warn!(tool = %tool.config.name, rpc_id = %rpc_id, error = e.kind(), trace_id = %trace.trace_id_hex(), "upstream call failed");
                 shape::call_error(&e)
             }
         };

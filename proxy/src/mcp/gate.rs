@@ -26,7 +26,6 @@ fn next_request_id() -> String {
 /// An authenticated caller.
 pub(crate) struct Caller {
     pub identity: Identity,
-    pub ip: std::net::IpAddr,
     pub trace: TraceContext,
     /// The client's W3C `tracestate`, forwarded unchanged (at most 512 bytes, as the spec allows
     /// a receiver to truncate).
@@ -137,13 +136,12 @@ pub(crate) async fn gate(
                     .headers
                     .get(h)
                     .and_then(|v| v.to_str().ok())
-                    .map(|s| s.chars().take(200).collect());
+                    .map(|s| super::prefix(s, 200).to_owned());
             }
         }
     }
     Ok(Caller {
         identity,
-        ip,
         trace,
         tracestate: header_str(&parts.headers, "tracestate")
             .filter(|v| !v.is_empty() && v.len() <= 512)

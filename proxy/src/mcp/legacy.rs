@@ -66,7 +66,7 @@ pub(crate) async fn serve(
             return refuse_call(audit, params, reason, rpc_error(status, id, code, message, None));
         }
     };
-    info.session = Some(session.handle.chars().take(128).collect());
+    info.session = Some(super::prefix(&session.handle, 128).to_owned());
     // A supported MCP-Protocol-Version that differs from the negotiated one is tolerated (the
     // specification refuses only invalid or unsupported ones, and the conformance suite sends
     // such requests); the session's negotiated version decides the error semantics.

@@ -330,7 +330,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
             trace_state: None,
             rpc_id: None,
             tool: None,
-            session: header_str(req.headers(), SESSION_HEADER).map(|s| s.chars().take(128).collect()),
+            session: header_str(req.headers(), SESSION_HEADER).map(|s| prefix(s, 128).to_owned()),
             version: None,
             http_version: match req.version() {
                 http::Version::HTTP_10 => "1.0",
@@ -342,7 +342,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
         done: false,
     };
     if otel::enabled() {
-        record.info.trace_state = header_str(req.headers(), "tracestate").map(|s| s.chars().take(512).collect());
+        record.info.trace_state = header_str(req.headers(), "tracestate").map(|s| prefix(s, 512).to_owned());
     }
     let resp = serve(shared, req, peer, &mut record.info).await;
     let tool_error = resp.extensions().get::<ToolError>().is_some();
@@ -425,7 +425,19 @@ async fn serve(
     resp
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+/// The first `chars` characters of `s` (all of it when shorter), without copying: what a
+/// client-supplied name or id is cut to before it is recorded.
+pub(crate) fn prefix(s: &str, chars: usize) -> &str {
+    if s.len() <= chars {
+        // No more bytes than that, so no more characters either.
+        return s;
+    }
+    s.char_indices().nth(chars).map_or(s, |(end, _)| &s[..end])
+}
+
+/// A header's value as text. With a [`http::HeaderName`] (rather than a `&str`) the name is not
+/// parsed again on each request.
+fn header_str<K: http::header::AsHeaderName>(headers: &HeaderMap, name: K) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -489,14 +501,15 @@ async fn post(
     };
     let id = msg.get("id");
     let params = msg.get("params");
+    let is_call = msg.get("method").and_then(Value::as_str) == Some("tools/call");
     if otel::enabled() {
         // Not for a null id (the conventions leave it out then).
         info.rpc_id = id.filter(|i| !i.is_null()).map(|i| match i {
-            Value::String(s) => s.chars().take(128).collect(),
+            Value::String(s) => prefix(s, 128).to_owned(),
             other => other.to_string(),
         });
     }
-    if msg.get("method").and_then(Value::as_str) == Some("tools/call") {
+    if is_call {
         // Only a tool of the config names a span or a metric series; anything else a client
         // sends does not.
         info.tool = params
@@ -506,8 +519,7 @@ async fn post(
             .map(str::to_string);
     }
     // From here on a tools/call leaves exactly one audit record, whatever happens.
-    let mut audit = (msg.get("method").and_then(Value::as_str) == Some("tools/call"))
-        .then(|| CallAudit::new(shared.auditor.load_full(), id.unwrap_or(&Value::Null), params));
+    let mut audit = is_call.then(|| CallAudit::new(shared.auditor.load_full(), id.unwrap_or(&Value::Null), params));
     if let Some(a) = audit.as_mut() {
         a.set_ip(ip);
     }
@@ -538,7 +550,7 @@ async fn post(
         Some(Value::String(m)) => {
             info.method = metrics::method_label(m);
             if otel::enabled() {
-                info.method_name = Some(m.chars().take(64).collect());
+                info.method_name = Some(prefix(m, 64).to_owned());
             }
             Some(m.as_str())
         }

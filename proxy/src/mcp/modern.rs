@@ -253,7 +253,7 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
     let field = |k: &str| {
         info.and_then(|i| i.get(k))
             .and_then(Value::as_str)
-            .map(|s| s.chars().take(128).collect::<String>())
+            .map(|s| super::prefix(s, 128).to_owned())
     };
     let trace = meta
         .get("traceparent")

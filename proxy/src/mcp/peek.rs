@@ -147,17 +147,31 @@ impl<'de> Visitor<'de> for Params<'_> {
 
 /// At most 128 characters of a client-chosen string.
 fn short(s: &str) -> String {
-    s.chars().take(128).collect()
+    super::prefix(s, 128).to_owned()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use http_body_util::Full;
     use serde_json::json;
     use std::collections::VecDeque;
     use std::pin::Pin;
     use std::task::{Context, Poll};
+
+    #[test]
+    fn a_prefix_counts_characters_and_never_splits_one() {
+        assert_eq!(crate::mcp::prefix("abc", 5), "abc");
+        assert_eq!(crate::mcp::prefix("abcdef", 3), "abc");
+        assert_eq!(crate::mcp::prefix("", 0), "");
+        // Two bytes each: a cut at 4 bytes would keep only two of them.
+        assert_eq!(crate::mcp::prefix("ñññññ", 4), "ññññ");
+        assert_eq!(crate::mcp::prefix("ññ", 2), "ññ");
+        for (s, n) in [("añb€c😀d", 4), ("añb€c😀d", 6), ("😀😀", 1)] {
+            assert_eq!(crate::mcp::prefix(s, n), s.chars().take(n).collect::<String>());
+        }
+    }
 
     /// A body that arrives in the given chunks.
     struct Chunks(VecDeque<&'static [u8]>);

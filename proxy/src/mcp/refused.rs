@@ -145,9 +145,16 @@ pub(super) async fn throttled(
 
 /// A request refused on its headers (media type, accepted types, protocol version, declared
 /// size), and its audit reason.
+/// Whether `hay` holds `needle`, ASCII letters compared without case.
+fn contains_ignoring_case(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
 pub(super) fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Response<Body>, &'static str)> {
-    let ct = header_str(headers, CONTENT_TYPE.as_str()).unwrap_or("");
-    if !ct.to_ascii_lowercase().starts_with("application/json") {
+    let ct = header_str(headers, CONTENT_TYPE).unwrap_or("");
+    if !ct.get(..16).is_some_and(|t| t.eq_ignore_ascii_case("application/json")) {
         let r = rpc_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             None,
@@ -157,9 +164,11 @@ pub(super) fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Respons
         );
         return Some((r, "unsupported_media_type"));
     }
-    if let Some(accept) = header_str(headers, ACCEPT.as_str()) {
-        let a = accept.to_ascii_lowercase();
-        if !(a.contains("application/json") || a.contains("*/*") || a.contains("application/*")) {
+    if let Some(a) = header_str(headers, ACCEPT) {
+        if !["application/json", "*/*", "application/*"]
+            .iter()
+            .any(|t| contains_ignoring_case(a, t))
+        {
             let r = rpc_error(
                 StatusCode::NOT_ACCEPTABLE,
                 None,
@@ -179,11 +188,43 @@ pub(super) fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Respons
             return Some((r, "unsupported_protocol_version"));
         }
     }
-    if header_str(headers, CONTENT_LENGTH.as_str())
+    if header_str(headers, CONTENT_LENGTH)
         .and_then(|v| v.parse::<u64>().ok())
         .is_some_and(|n| n > limit)
     {
         return Some((too_large(limit), "payload_too_large"));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(content_type: &str, accept: Option<&str>) -> Option<&'static str> {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, content_type.parse().unwrap());
+        if let Some(a) = accept {
+            h.insert(ACCEPT, a.parse().unwrap());
+        }
+        header_refusal(&h, 1024).map(|(_, reason)| reason)
+    }
+
+    #[test]
+    fn media_types_are_matched_without_case() {
+        assert_eq!(refusal("Application/JSON; charset=utf-8", None), None);
+        assert_eq!(
+            refusal("application/json", Some("TEXT/EVENT-STREAM, Application/Json")),
+            None
+        );
+        assert_eq!(refusal("application/json", Some("text/html;q=0.9, */*;q=0.1")), None);
+        assert_eq!(refusal("application/json", Some("application/*")), None);
+        assert_eq!(refusal("text/plain", None), Some("unsupported_media_type"));
+        assert_eq!(refusal("application/jso", None), Some("unsupported_media_type"));
+        assert_eq!(
+            refusal("application/json", Some("text/event-stream")),
+            Some("not_acceptable")
+        );
+        assert_eq!(refusal("application/json", Some("*")), Some("not_acceptable"));
+    }
 }

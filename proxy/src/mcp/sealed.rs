@@ -76,15 +76,7 @@ pub fn subject_digest(subject: &str) -> String {
     hex(&Sha256::digest(subject.as_bytes())[..16])
 }
 
-/// Lower-case hex.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
-}
+pub use crate::trace::to_hex as hex;
 
 /// 16 random bytes, hex.
 pub fn random_handle() -> String {

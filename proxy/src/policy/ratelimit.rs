@@ -35,6 +35,19 @@ struct Entry {
     last_seen: u64,
 }
 
+impl Entry {
+    /// Counts one request at `now` (GCRA): refused with the wait when it is over the limit.
+    fn advance(&mut self, now: u64, interval: u64, tolerance: u64) -> Result<(), Duration> {
+        self.last_seen = now;
+        let tat = self.tat.max(now);
+        if tat - now > tolerance {
+            return Err(Duration::from_nanos(tat - now - tolerance));
+        }
+        self.tat = tat + interval;
+        Ok(())
+    }
+}
+
 /// One limiter (per IP, per identity, or per identity and tool).
 pub struct Limiter {
     shards: Vec<Mutex<HashMap<String, Entry>>>,
@@ -74,21 +87,20 @@ impl Limiter {
         let tolerance = window.saturating_sub(interval);
         let shard = &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS];
         let mut map = shard.lock().unwrap_or_else(|e| e.into_inner());
+        // A known key (the common case) is found without copying it.
+        if let Some(entry) = map.get_mut(key) {
+            return entry.advance(now, interval, tolerance);
+        }
         let cap = (self.max_keys.load(Ordering::Relaxed) as usize / SHARDS).max(1);
-        if !map.contains_key(key) && map.len() >= cap {
+        if map.len() >= cap {
             evict(&mut map, now, cap);
         }
-        let entry = map.entry(key.to_string()).or_insert(Entry {
-            tat: now,
-            last_seen: now,
-        });
-        entry.last_seen = now;
-        let tat = entry.tat.max(now);
-        if tat - now > tolerance {
-            return Err(Duration::from_nanos(tat - now - tolerance));
-        }
-        entry.tat = tat + interval;
-        Ok(())
+        map.entry(key.to_string())
+            .or_insert(Entry {
+                tat: now,
+                last_seen: now,
+            })
+            .advance(now, interval, tolerance)
     }
 
     /// Keys tracked now.

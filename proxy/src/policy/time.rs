@@ -72,16 +72,36 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
 /// `SystemTime` as RFC 3339 UTC with milliseconds.
 pub fn format_rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (y, m, day) = civil_from_days(secs.div_euclid(86_400));
-    let sod = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60,
-        d.subsec_millis()
-    )
+    let secs = d.as_secs();
+    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
+    let sod = secs % 86_400;
+    // Every audit record carries one: digits are pushed rather than run through `format!`
+    // (a time before 1970 is written as 1970, so no part is negative).
+    let mut s = String::with_capacity(24);
+    for (n, width, after) in [
+        (y.unsigned_abs(), 4, '-'),
+        (m.unsigned_abs(), 2, '-'),
+        (day.unsigned_abs(), 2, 'T'),
+        (sod / 3600, 2, ':'),
+        (sod % 3600 / 60, 2, ':'),
+        (sod % 60, 2, '.'),
+        (u64::from(d.subsec_millis()), 3, 'Z'),
+    ] {
+        push_padded(&mut s, n, width);
+        s.push(after);
+    }
+    s
+}
+
+/// `n` in decimal, zero-padded to `width` digits (more when it needs them).
+fn push_padded(s: &mut String, n: u64, width: u32) {
+    let digits = n.checked_ilog10().map_or(1, |l| l + 1);
+    for _ in digits..width {
+        s.push('0');
+    }
+    for place in (0..digits).rev() {
+        s.push(char::from(b'0' + (n / 10u64.pow(place) % 10) as u8));
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +118,10 @@ mod tests {
         assert_eq!(parse_rfc3339("30/11/2026"), None);
         let t = UNIX_EPOCH + Duration::from_millis(1_796_011_875_042);
         assert_eq!(format_rfc3339(t), "2026-11-30T04:11:15.042Z");
+        assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let late = UNIX_EPOCH + Duration::from_millis(253_402_300_799_999);
+        assert_eq!(format_rfc3339(late), "9999-12-31T23:59:59.999Z");
+        let beyond = UNIX_EPOCH + Duration::from_secs(253_402_300_800);
+        assert_eq!(format_rfc3339(beyond), "10000-01-01T00:00:00.000Z");
     }
 }
