@@ -478,8 +478,20 @@ def gateway():
     kubectl("apply", "-f", "-", stdin=GATEWAY)
     kubectl("apply", "-f", "-", stdin=in_namespace(ROOT / "example/k8s/tools.yaml", GATEWAY_NS))
     wait("gateway McpServer Ready", 120, lambda: server_ready(GATEWAY_NS, "shop"))
-    return wait("two gateway pods Ready", 120,
+    pods = wait("two gateway pods Ready", 120,
                 lambda: ready_pods(GATEWAY_NS, "app.kubernetes.io/instance=shop,app.kubernetes.io/component=gateway", 2, 1))
+    # A pod's Ready condition reaches the Service's EndpointSlice a moment later (the
+    # EndpointSlice controller syncs on its own): the gateway is ready when both are behind it.
+    ips = [p["status"]["podIP"] for p in pods]
+    wait("both gateway pods in the Service", 60,
+         lambda: all(endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is True for ip in ips))
+    return pods
+
+
+def endpoints_ready(namespace: str, service: str) -> dict[str, bool]:
+    """Each address in the Service's EndpointSlices, and whether it is ready."""
+    slices = kjson("get", "endpointslices", "-n", namespace, "-l", f"kubernetes.io/service-name={service}")["items"]
+    return {a: e["conditions"].get("ready", False) for s in slices for e in s.get("endpoints", []) for a in e["addresses"]}
 
 
 def test_gateway_serves_through_its_clusterip_and_coredns(gateway):
@@ -503,13 +515,9 @@ def test_a_proxy_that_is_not_ready_gets_no_traffic(gateway):
     victim = gateway[0]
     ip = victim["status"]["podIP"]
 
-    def endpoint_ready() -> dict[str, bool]:
-        slices = kjson("get", "endpointslices", "-n", GATEWAY_NS, "-l", "kubernetes.io/service-name=shop-mcp")["items"]
-        return {a: e["conditions"].get("ready", False) for s in slices for e in s.get("endpoints", []) for a in e["addresses"]}
-
-    assert endpoint_ready().get(ip) is True
+    assert endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is True
     ctr("tasks", "kill", "-s", "TERM", container_id(victim, "toolgate-proxy"))
-    wait("the draining pod out of the Service", 60, lambda: endpoint_ready().get(ip) is False)
+    wait("the draining pod out of the Service", 60, lambda: endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is False)
     failures = []
     for _ in range(30):
         try:
@@ -518,7 +526,7 @@ def test_a_proxy_that_is_not_ready_gets_no_traffic(gateway):
         except Exception as e:  # noqa: BLE001
             failures.append(repr(e))
     assert failures == [], failures[:3]
-    wait("the pod back in the Service", 120, lambda: endpoint_ready().get(ip) is True)
+    wait("the pod back in the Service", 120, lambda: endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is True)
 
 
 def test_report_figures():
