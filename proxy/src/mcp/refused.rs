@@ -143,8 +143,6 @@ pub(super) async fn throttled(
     rate_limited(id.as_ref(), "ip", retry)
 }
 
-/// A request refused on its headers (media type, accepted types, protocol version, declared
-/// size), and its audit reason.
 /// Whether `hay` holds `needle`, ASCII letters compared without case.
 fn contains_ignoring_case(hay: &str, needle: &str) -> bool {
     hay.as_bytes()
@@ -152,6 +150,8 @@ fn contains_ignoring_case(hay: &str, needle: &str) -> bool {
         .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
+/// A request refused on its headers (media type, accepted types, protocol version, declared
+/// size), and its audit reason.
 pub(super) fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Response<Body>, &'static str)> {
     let ct = header_str(headers, CONTENT_TYPE).unwrap_or("");
     if !ct.get(..16).is_some_and(|t| t.eq_ignore_ascii_case("application/json")) {
