@@ -49,7 +49,7 @@ pub enum Reloaded {
 /// such as the credentials, changed).
 pub fn apply(shared: &Shared, text: &str, force: bool) -> Reloaded {
     let old = shared.runtime.load_full();
-    // Validated by Runtime::compile below, which keeps the validators it compiles.
+    // Validated by Runtime::compile below.
     let config = match toolgate_config::parse_text_unvalidated(text) {
         Ok(c) => c,
         Err(e) => return Reloaded::Refused(e.to_string()),

@@ -32,7 +32,6 @@ pub use parse::{
 pub use policy::*;
 pub use template::{Segment, Template};
 pub use tool::*;
-pub use validate::{CompiledSchemas, ToolSchemas};
 
 /// The only `apiVersion` this crate reads and writes.
 pub const API_VERSION: &str = "toolgate.dev/v1alpha1";

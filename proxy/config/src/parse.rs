@@ -153,7 +153,7 @@ mod tests {
         );
         let refused = parse_text(&text).unwrap_err().to_string();
         let parsed = parse_text_unvalidated(&text).expect("types are right, so it parses");
-        let deferred = LoadError::from(parsed.validate_and_compile().unwrap_err()).to_string();
+        let deferred = LoadError::from(parsed.validate().unwrap_err()).to_string();
         assert_eq!(deferred, refused, "validation finds exactly what parse_text reported");
         assert!(refused.contains("tools[1] (a).name: duplicate tool name"), "{refused}");
 

@@ -9,7 +9,6 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use crate::pointer::Pointer;
 use crate::{ConfigError, ProxyConfig, API_VERSION, KIND, MAX_TOOL_TIMEOUT_MS};
@@ -32,25 +31,15 @@ pub const RESERVED_HEADERS: [&str; 11] = [
 /// The largest request body a config may allow (64 MiB).
 pub const MAX_BODY_LIMIT: u64 = 64 * 1024 * 1024;
 
-/// One tool's compiled `inputSchema` and `outputSchema`; tools with identical schemas share
-/// them ([`crate::schema::Compiler`]).
-pub type ToolSchemas = (Arc<jsonschema::Validator>, Option<Arc<jsonschema::Validator>>);
-
-/// Each tool's compiled schemas, in the order of `tools`.
-pub type CompiledSchemas = Vec<ToolSchemas>;
-
 impl ProxyConfig {
     /// Checks everything serde cannot: versions, addresses, URLs, tool names, schemas,
     /// mappings and pointers. Returns every problem found.
+    ///
+    /// Every distinct schema is compiled to check it and its validator dropped at once, so the
+    /// check of 1,000 distinct schemas never holds 1,000 validators: serving compiles a tool's
+    /// validator again on its first call ([`crate::schema::LazyValidator`]).
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
-        self.validate_and_compile().map(drop)
-    }
-
-    /// [`ProxyConfig::validate`], keeping the schemas it compiled to check them, so a loader
-    /// compiles each once.
-    pub fn validate_and_compile(&self) -> Result<CompiledSchemas, Vec<ConfigError>> {
         let mut errs = Vec::new();
-        let mut compiled = Vec::with_capacity(self.tools.len());
         if self.api_version != API_VERSION {
             errs.push(ConfigError::new(
                 "apiVersion",
@@ -67,7 +56,7 @@ impl ProxyConfig {
         self.validate_upstream(&mut errs);
         self.validate_policy(&mut errs);
         let mut seen: HashMap<&str, usize> = HashMap::new();
-        let mut schemas = crate::schema::Compiler::default();
+        let mut schemas = crate::schema::Checker::default();
         let provenance = self.provenance_headers();
         for (i, tool) in self.tools.iter().enumerate() {
             let at = format!("tools[{i}] ({})", tool.name);
@@ -78,7 +67,7 @@ impl ProxyConfig {
                     format!("duplicate tool name `{}` (first declared at tools[{first}])", tool.name),
                 ));
             }
-            compiled.extend(validate_tool(tool, &at, &mut schemas, &mut errs));
+            validate_tool(tool, &at, &mut schemas, &mut errs);
             if let Some(role) = &tool.required_role {
                 if !self.policy.roles.contains(role) {
                     errs.push(ConfigError::new(
@@ -97,7 +86,7 @@ impl ProxyConfig {
             }
         }
         if errs.is_empty() {
-            Ok(compiled)
+            Ok(())
         } else {
             Err(errs)
         }

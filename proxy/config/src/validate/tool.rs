@@ -1,7 +1,6 @@
 //! Checks of one tool: name, mapping, pointers, status classes and its schemas.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -17,24 +16,23 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
-/// Checks `tool`; its compiled schemas when they compile.
+/// Checks `tool`, its schemas with `schemas`.
 pub(super) fn validate_tool(
     tool: &ToolConfig,
     at: &str,
-    schemas: &mut crate::schema::Compiler,
+    schemas: &mut crate::schema::Checker,
     errs: &mut Vec<ConfigError>,
-) -> Option<super::ToolSchemas> {
+) {
     if !is_valid_tool_name(&tool.name) {
         errs.push(ConfigError::new(
             format!("{at}.name"),
             "must be 1-128 characters of letters, digits, `_`, `-` or `.`",
         ));
     }
-    let (declared, input) = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), schemas, errs).unzip();
-    let output = tool
-        .output_schema
-        .as_ref()
-        .map(|out| check_schema(out, &format!("{at}.outputSchema"), schemas, errs).map(|(_, v)| v));
+    let declared = check_schema(&tool.input_schema, &format!("{at}.inputSchema"), schemas, errs);
+    if let Some(out) = &tool.output_schema {
+        check_schema(out, &format!("{at}.outputSchema"), schemas, errs);
+    }
     if tool.effective_tier() == crate::Tier::Read {
         use crate::Method;
         let method = tool.http.method.as_str();
@@ -214,10 +212,6 @@ pub(super) fn validate_tool(
             ));
         }
     }
-    match output {
-        None => Some((input?, None)),
-        Some(out) => Some((input?, Some(out?))),
-    }
 }
 
 fn is_status_key(key: &str) -> bool {
@@ -228,14 +222,13 @@ fn is_status_key(key: &str) -> bool {
     (b[1].is_ascii_digit() && b[2].is_ascii_digit()) || (b[1] == b'x' && b[2] == b'x')
 }
 
-/// Checks that `schema` is an object schema that compiles; returns its declared property names
-/// and the compiled validator.
+/// Checks that `schema` is an object schema that compiles; returns its declared property names.
 fn check_schema(
     schema: &Value,
     at: &str,
-    schemas: &mut crate::schema::Compiler,
+    schemas: &mut crate::schema::Checker,
     errs: &mut Vec<ConfigError>,
-) -> Option<(BTreeSet<String>, Arc<jsonschema::Validator>)> {
+) -> Option<BTreeSet<String>> {
     let Some(obj) = schema.as_object() else {
         errs.push(ConfigError::new(at, "must be a JSON Schema object"));
         return None;
@@ -252,17 +245,14 @@ fn check_schema(
             ),
         ));
     }
-    let validator = match schemas.compile(schema) {
-        Ok(v) => v,
-        Err(e) => {
-            errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
-            return None;
-        }
-    };
+    if let Err(e) = schemas.check(schema) {
+        errs.push(ConfigError::new(at, format!("is not a valid JSON Schema: {e}")));
+        return None;
+    }
     let declared = obj
         .get("properties")
         .and_then(Value::as_object)
         .map(|p| p.keys().cloned().collect())
         .unwrap_or_default();
-    Some((declared, validator))
+    Some(declared)
 }
