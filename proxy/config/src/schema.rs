@@ -44,7 +44,8 @@ impl Checker {
     }
 
     /// How many distinct schemas were compiled.
-    pub fn compiled(&self) -> usize {
+    #[cfg(test)]
+    fn compiled(&self) -> usize {
         self.checked.len()
     }
 }
