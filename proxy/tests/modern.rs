@@ -12,7 +12,7 @@ use common::{base_headers, client, config_with_policy, modern_meta, send, Modern
 use http::StatusCode;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use toolgate_proxy::{start, Running, StartOptions};
+use toolgate_proxy::Running;
 
 struct Setup {
     proxy: Running,
@@ -36,19 +36,7 @@ async fn setup(name: &str, server: &str, policy: &str) -> Setup {
     .unwrap();
     let policy = policy.replace("{dir}", dir.to_str().unwrap());
     let text = config_with_policy(upstream, server, &policy);
-    let path = dir.join("proxy.yaml");
-    std::fs::write(&path, &text).unwrap();
-    let cfg = toolgate_config::parse_yaml(&text).unwrap_or_else(|e| panic!("{e}"));
-    let proxy = start(
-        cfg,
-        StartOptions {
-            config_path: Some(path),
-            reload_interval: Duration::from_millis(50),
-            ..StartOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let proxy = common::start_watched(dir.join("proxy.yaml"), &text).await;
     let url = format!("http://{}/mcp", proxy.mcp_addr);
     Setup { proxy, dir, text, url }
 }

@@ -13,6 +13,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use toolgate_proxy::{start, Running, StartOptions};
 
+pub mod policy;
 pub mod services;
 
 /// The write tools say `requiredRole: viewer`: the harness serves them to every caller,
@@ -96,6 +97,23 @@ pub fn config_with_policy(upstream: SocketAddr, extra_server: &str, policy: &str
     format!(
         "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver:\n  listen: 127.0.0.1:0\n  adminListen: 127.0.0.1:0\n  shutdownGraceSeconds: 5\n{extra_server}upstream:\n  baseUrl: http://{upstream}\n  timeoutMs: 5000\n{policy}{TOOLS}"
     )
+}
+
+/// Writes `text` to `path` and starts the proxy from it, watching the file every 50 ms (the
+/// tests that edit the config or a file it names see the change within a few polls).
+pub async fn start_watched(path: std::path::PathBuf, text: &str) -> Running {
+    std::fs::write(&path, text).unwrap();
+    let cfg = toolgate_config::parse_yaml(text).unwrap_or_else(|e| panic!("{e}"));
+    start(
+        cfg,
+        StartOptions {
+            config_path: Some(path),
+            reload_interval: std::time::Duration::from_millis(50),
+            ..StartOptions::default()
+        },
+    )
+    .await
+    .unwrap()
 }
 
 pub struct Harness {
