@@ -2,6 +2,7 @@
 //! the HTTP response into a business outcome.
 
 pub mod mapping;
+mod pool;
 pub mod shape;
 
 use std::time::Duration;
@@ -10,10 +11,9 @@ use bytes::Bytes;
 use http::uri::{Authority, Scheme};
 use http::{HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use toolgate_config::{BaseUrl, UpstreamConfig};
+
+use pool::{Conn, Pool};
 
 /// The upstream client could not be built from the config.
 #[derive(Debug, thiserror::Error)]
@@ -70,7 +70,9 @@ pub struct UpstreamResponse {
 
 /// Pooled HTTP/1.1 client for one upstream base URL.
 pub struct Upstream {
-    client: Client<HttpConnector, Full<Bytes>>,
+    pool: Pool,
+    /// The `Host` header of every request: the base URL's host, and its port unless it is 80.
+    host: HeaderValue,
     scheme: Scheme,
     authority: Authority,
     prefix: String,
@@ -99,17 +101,21 @@ impl Upstream {
             .authority()
             .parse::<Authority>()
             .map_err(|_| bad("invalid host or port".into()))?;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_millis(cfg.connect_timeout_ms)));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_max_idle_per_host(cfg.pool_max_idle)
-            .pool_idle_timeout(Duration::from_millis(cfg.pool_idle_timeout_ms))
-            .build(connector);
+        let port = base.port.unwrap_or(80);
+        let host = match port {
+            80 => HeaderValue::from_str(&base.host),
+            p => HeaderValue::from_str(&format!("{}:{p}", base.host)),
+        }
+        .map_err(|_| bad("invalid host".into()))?;
+        let pool = Pool::new(
+            format!("{}:{port}", base.host),
+            Duration::from_millis(cfg.connect_timeout_ms),
+            cfg.pool_max_idle,
+            Duration::from_millis(cfg.pool_idle_timeout_ms),
+        );
         Ok(Self {
-            client,
+            pool,
+            host,
             scheme: Scheme::HTTP,
             authority,
             prefix: base.prefix,
@@ -148,48 +154,110 @@ impl Upstream {
         Ok(uri)
     }
 
-    /// Sends `req` and reads the whole response within `timeout`.
+    /// Sends `req` (built with an absolute URI from [`Upstream::uri`]) and reads the whole
+    /// response within `timeout`.
     pub async fn send(&self, req: Request<Full<Bytes>>, timeout: Duration) -> Result<UpstreamResponse, CallError> {
-        let limit = self.max_response_bytes;
-        let call = async {
-            let resp = self.client.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    CallError::Connect
-                } else {
-                    CallError::Transport
-                }
-            })?;
-            let status = resp.status().as_u16();
-            let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
-            if resp
-                .headers()
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u64>().ok())
-                .is_some_and(|n| n > limit)
-            {
-                return Err(CallError::TooLarge(limit));
-            }
-            let body = Limited::new(resp.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                        CallError::TooLarge(limit)
-                    } else {
-                        CallError::Transport
-                    }
-                })?
-                .to_bytes();
-            Ok(UpstreamResponse {
-                status,
-                content_type,
-                body,
-            })
-        };
-        match tokio::time::timeout(timeout, call).await {
+        match tokio::time::timeout(timeout, self.exchange(origin_form(req, &self.host))).await {
             Ok(r) => r,
             Err(_) => Err(CallError::Timeout(timeout)),
         }
     }
+
+    /// One request and its whole response on a pooled connection (a new one when none is idle).
+    /// A request that a reused connection closed before it was written goes out again on
+    /// another; one that may have reached the upstream never does.
+    async fn exchange(&self, mut req: Request<Full<Bytes>>) -> Result<UpstreamResponse, CallError> {
+        loop {
+            let (mut conn, reused) = match self.idle_ready().await {
+                Some(conn) => (conn, true),
+                None => (self.pool.connect().await.map_err(|_| CallError::Connect)?, false),
+            };
+            let sent = conn.sender().try_send_request(req);
+            let limit = self.max_response_bytes;
+            let outcome = conn
+                .drive(async move {
+                    let resp = sent.await.map_err(|mut e| match e.take_message() {
+                        Some(unsent) => Failed::Unsent(Box::new(unsent)),
+                        None => Failed::Call(CallError::Transport),
+                    })?;
+                    read_response(resp, limit).await.map_err(Failed::Call)
+                })
+                .await;
+            match outcome {
+                Ok(resp) => {
+                    self.pool.checkin(conn);
+                    return Ok(resp);
+                }
+                Err(Failed::Unsent(unsent)) if reused => req = *unsent,
+                Err(Failed::Unsent(_)) => return Err(CallError::Transport),
+                Err(Failed::Call(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// The most recently used idle connection that is still open and takes a request.
+    async fn idle_ready(&self) -> Option<Conn> {
+        while let Some(mut conn) = self.pool.checkout() {
+            if conn.ready().await {
+                return Some(conn);
+            }
+        }
+        None
+    }
 }
+
+/// Why an exchange ended without a response.
+enum Failed {
+    /// The connection closed before the request was written: it can go out on another.
+    Unsent(Box<Request<Full<Bytes>>>),
+    /// Anything else.
+    Call(CallError),
+}
+
+/// `req` as an HTTP/1.1 client sends it to an origin server: the path and query as the request
+/// target, the authority in `Host` (unless the request sets its own).
+fn origin_form(mut req: Request<Full<Bytes>>, host: &HeaderValue) -> Request<Full<Bytes>> {
+    let target = match req.uri().path_and_query() {
+        Some(pq) => Uri::from(pq.clone()),
+        None => Uri::from_static("/"),
+    };
+    *req.uri_mut() = target;
+    req.headers_mut()
+        .entry(http::header::HOST)
+        .or_insert_with(|| host.clone());
+    req
+}
+
+/// The status, `Content-Type` and whole body of `resp`, refusing a body over `limit` bytes.
+async fn read_response(resp: http::Response<hyper::body::Incoming>, limit: u64) -> Result<UpstreamResponse, CallError> {
+    let status = resp.status().as_u16();
+    let content_type = resp.headers().get(http::header::CONTENT_TYPE).cloned();
+    if resp
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .is_some_and(|n| n > limit)
+    {
+        return Err(CallError::TooLarge(limit));
+    }
+    let body = Limited::new(resp.into_body(), usize::try_from(limit).unwrap_or(usize::MAX))
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                CallError::TooLarge(limit)
+            } else {
+                CallError::Transport
+            }
+        })?
+        .to_bytes();
+    Ok(UpstreamResponse {
+        status,
+        content_type,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests;

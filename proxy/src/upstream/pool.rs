@@ -1,0 +1,217 @@
+//! Keep-alive HTTP/1.1 connections to the upstream, each driven by the call that uses it.
+//!
+//! hyper-util's pooled client runs every connection in a task of its own: a call handed its
+//! request to that task through a channel, was woken by it with the response head and again
+//! for each part of the body, and checked the connection out and back in through a map keyed by
+//! the upstream's authority (hashed twice a call). Here a call takes a connection from a stack
+//! (the most recently used first, so a few connections stay warm), polls hyper's connection
+//! future itself while it waits for the response and reads the body, and puts it back: the
+//! whole exchange runs in the calling task, with no hand-over between tasks and no hashing.
+//!
+//! Nothing polls a connection while it sits idle. One the upstream closed meanwhile is found
+//! closed when it is next checked out (polling it reads the end of the stream) and dropped
+//! before any request is written to it; one idle past `poolIdleTimeoutMs` is closed by a sweep
+//! or at the next checkout, whichever comes first.
+
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1::{self, Connection, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// The connection's transport.
+type Io = TokioIo<TcpStream>;
+
+/// One HTTP/1.1 connection: the request side and the future that drives its I/O.
+pub(super) struct Conn {
+    tx: SendRequest<Full<Bytes>>,
+    io: Connection<Io, Full<Bytes>>,
+    /// The connection future has finished (the peer closed it, or it failed): never reused.
+    ended: bool,
+}
+
+impl Conn {
+    /// Drives the connection once; whether it has ended.
+    fn poll_io(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        if !self.ended && Pin::new(&mut self.io).poll(cx).is_ready() {
+            self.ended = true;
+        }
+        self.ended
+    }
+
+    /// Waits until the connection takes a request; false when it closed instead (an idle
+    /// connection the upstream closed is found here, before anything is written to it).
+    pub(super) async fn ready(&mut self) -> bool {
+        poll_fn(|cx| {
+            if self.poll_io(cx) {
+                return Poll::Ready(false);
+            }
+            self.tx.poll_ready(cx).map(|r| r.is_ok())
+        })
+        .await
+    }
+
+    /// The request side, to start a request with.
+    pub(super) fn sender(&mut self) -> &mut SendRequest<Full<Bytes>> {
+        &mut self.tx
+    }
+
+    /// Runs `work` (a request started on this connection, and the reading of its response)
+    /// while driving the connection's I/O in the same task.
+    pub(super) async fn drive<F: Future>(&mut self, work: F) -> F::Output {
+        let mut work = pin!(work);
+        poll_fn(|cx| {
+            // The I/O first, so that what it read is there when the work looks for it.
+            self.poll_io(cx);
+            work.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    /// Whether the connection may serve another request.
+    pub(super) fn reusable(&self) -> bool {
+        !self.ended && !self.tx.is_closed()
+    }
+}
+
+/// An idle connection and when it was put back.
+struct Idle {
+    conn: Conn,
+    since: Instant,
+}
+
+/// Connections to one upstream.
+pub(super) struct Pool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Oldest first; a checkout takes the newest.
+    idle: Mutex<Vec<Idle>>,
+    /// `host:port` to connect to (a DNS name is resolved on each new connection).
+    addr: String,
+    connect_timeout: Duration,
+    max_idle: usize,
+    idle_timeout: Duration,
+    /// Set once a sweep task runs for this pool.
+    sweeping: std::sync::atomic::AtomicBool,
+}
+
+impl Pool {
+    /// A pool for `addr` (`host:port`).
+    pub(super) fn new(addr: String, connect_timeout: Duration, max_idle: usize, idle_timeout: Duration) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                idle: Mutex::new(Vec::new()),
+                addr,
+                connect_timeout,
+                max_idle,
+                idle_timeout: idle_timeout.max(Duration::from_millis(1)),
+                sweeping: std::sync::atomic::AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The most recently used idle connection, if any (expired ones are closed on the way).
+    pub(super) fn checkout(&self) -> Option<Conn> {
+        let now = Instant::now();
+        let mut idle = self.inner.lock();
+        let expired = self.inner.expired(&idle, now);
+        let stale: Vec<Idle> = idle.drain(..expired).collect();
+        let conn = idle.pop().map(|i| i.conn);
+        drop(idle);
+        // Closing sockets happens outside the lock.
+        drop(stale);
+        conn
+    }
+
+    /// Puts a connection that finished its exchange back, unless the pool is full.
+    pub(super) fn checkin(&self, conn: Conn) {
+        if !conn.reusable() || self.inner.max_idle == 0 {
+            return;
+        }
+        let mut idle = self.inner.lock();
+        if idle.len() >= self.inner.max_idle {
+            // The oldest makes room: the newest are the warmest.
+            let oldest = idle.remove(0);
+            idle.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+            drop(idle);
+            drop(oldest);
+            return;
+        }
+        idle.push(Idle {
+            conn,
+            since: Instant::now(),
+        });
+        drop(idle);
+        self.start_sweeping();
+    }
+
+    /// Opens a new connection within the connect timeout.
+    pub(super) async fn connect(&self) -> Result<Conn, std::io::Error> {
+        let timeout = self.inner.connect_timeout;
+        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.inner.addr.as_str())).await {
+            Ok(s) => s?,
+            Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
+        };
+        let _ = stream.set_nodelay(true);
+        let (tx, io) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(std::io::Error::other)?;
+        Ok(Conn { tx, io, ended: false })
+    }
+
+    /// Idle connections now (for tests).
+    #[cfg(test)]
+    pub(super) fn idle_count(&self) -> usize {
+        self.inner.lock().len()
+    }
+
+    /// Starts the task that closes connections idle past the timeout, once per pool; it ends
+    /// with the pool (a config generation that is no longer served).
+    fn start_sweeping(&self) {
+        use std::sync::atomic::Ordering;
+        if self.inner.sweeping.load(Ordering::Relaxed) || self.inner.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            self.inner.sweeping.store(false, Ordering::Relaxed);
+            return;
+        };
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let every = self.inner.idle_timeout;
+        handle.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                let mut idle = inner.lock();
+                let expired = inner.expired(&idle, Instant::now());
+                let stale: Vec<Idle> = idle.drain(..expired).collect();
+                drop(idle);
+                drop(stale);
+            }
+        });
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Idle>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many of the oldest idle connections are past the idle timeout.
+    fn expired(&self, idle: &[Idle], now: Instant) -> usize {
+        idle.iter()
+            .take_while(|i| now.saturating_duration_since(i.since) >= self.idle_timeout)
+            .count()
+    }
+}
