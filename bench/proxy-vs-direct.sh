@@ -12,6 +12,9 @@
 #   proxy:  tools/call get_customer {"customerId":"42"} (validation, mapping, pick/redact,
 #           output-schema check, envelope) through the proxy, on a 2025-06-18 session
 #   proxy-2026: the same call on 2026-07-28 (no session; `_meta` and headers validated)
+#   floor:  the same POST through proxy/examples/passthrough.rs, the proxy's HTTP server and
+#           upstream client with nothing between them (GET /customers/42, body passed back):
+#           the transport's share of a call, so that proxy minus floor is the MCP work
 # and then the same pair against an endpoint with 1 ms of service time (GET /slow?ms=1), which
 # is closer to a real service; and prints requests/s, p50 and p99 for both, their ratio, the proxy's CPU time per call
 # (from /proc) and its peak RSS. Load generator, upstream and proxy share this machine's cores.
@@ -21,6 +24,7 @@ SECONDS_PER_RUN=${BENCH_SECONDS:-5}
 command -v wrk >/dev/null || { echo "wrk is needed (Debian: apt-get install wrk)" >&2; exit 1; }
 
 cargo build --release --locked -q -p toolgate-proxy -p toolgate-example-service
+cargo build --release --locked -q -p toolgate-proxy --example passthrough
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$target_dir/release"
 # PROXY_BIN: another proxy binary to measure (an A/B comparison of two builds in one session).
@@ -31,14 +35,16 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-UP=$(free_port); MCP=$(free_port); ADMIN=$(free_port)
+UP=$(free_port); MCP=$(free_port); ADMIN=$(free_port); FLOOR=$(free_port)
 
 # example/proxy.yaml on free ports, plus generated tools up to 100 in all (bench/config.py).
 python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
 
 "$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
 "$PROXY_BIN" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
+"$BIN/examples/passthrough" "127.0.0.1:$FLOOR" "http://127.0.0.1:$UP" /customers/42 >"$work/floor.log" 2>&1 & PASS=$!; pids+=($PASS)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do curl -so /dev/null -d '{}' "http://127.0.0.1:$FLOOR/" && break; sleep 0.1; done
 
 SHARED=${BENCH_SHARED:-0}
 if [[ "$SHARED" == "1" ]]; then
@@ -158,6 +164,7 @@ for c in 1 32; do
   run direct "$c" "http://127.0.0.1:$UP/customers/42"
   run proxy "$c" "http://127.0.0.1:$MCP/mcp" "$work/CALL.lua"
   run proxy-2026 "$c" "http://127.0.0.1:$MCP/mcp" "$work/MODERN.lua"
+  run floor "$c" "http://127.0.0.1:$FLOOR/mcp" "$work/MODERN.lua" "$PASS"
   if [[ "$SHARED" == "1" ]]; then
     run proxy-shared "$c" "http://127.0.0.1:$MCP2/mcp" "$work/SHARED.lua" "$PROXY2" "$REDIS"
   fi
@@ -174,9 +181,9 @@ by = {(r["name"], r["c"]): r for r in rows}
 import os
 mode = "API-key auth + audit to a file" if os.environ.get("BENCH_POLICY") == "1" else "auth none, audit off"
 print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, {mode}, same machine")
-print(f"{'conc':>4} {'path':<12} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'proxy CPU µs/call':>18} {'errors':>7}")
+print(f"{'conc':>4} {'path':<12} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
-    for n in ("direct", "proxy", "proxy-2026", "proxy-shared"):
+    for n in ("direct", "floor", "proxy", "proxy-2026", "proxy-shared"):
         if (n, c) not in by:
             continue
         r = by[(n, c)]
@@ -186,6 +193,9 @@ for c in (1, 32):
 d1, p1, d32, p32 = by[("direct", 1)], by[("proxy", 1)], by[("direct", 32)], by[("proxy", 32)]
 print(f"\nadded p50 at concurrency 1:   {p1['p50'] - d1['p50']:.0f} µs   (issue 16: < 40 µs)")
 print(f"proxy CPU per call (c=32):    {p32['cpu_us_per_call']:.1f} µs   (issue 16: < 20 µs)")
+f1, f32 = by[("floor", 1)], by[("floor", 32)]
+print(f"of which transport (floor):   {f32['cpu_us_per_call']:.1f} µs at c=32, {f1['cpu_us_per_call']:.1f} µs at c=1; "
+      f"MCP work {p32['cpu_us_per_call'] - f32['cpu_us_per_call']:.1f} µs at c=32; floor added p50 at c=1 {f1['p50'] - d1['p50']:.0f} µs")
 print(f"throughput ratio at c=32:     {p32['rps'] / d32['rps'] * 100:.0f}% of direct   (issue 16: >= 50%)")
 print(f"throughput ratio at c=1:      {p1['rps'] / d1['rps'] * 100:.0f}% of direct")
 ds, ps = by[("direct-1ms", 32)], by[("proxy-1ms", 32)]
