@@ -15,12 +15,15 @@
 #   modern    the same call on 2026-07-28 (no session; _meta and headers validated)
 #   full      API key (1,000 keys), per-identity and per-IP limits, an audit record per call to a
 #             file (BENCH_POLICY=1 in bench/config.py)
+#   floor     the same POST through proxy/examples/passthrough.rs (the proxy's HTTP server and
+#             upstream client, nothing between them): the transport's share of every path
 # Prints instructions (Ir) per call for each, and full's cost over bare. Needs valgrind.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 CALLS=${CALLS:-2000}
 command -v valgrind >/dev/null || { echo "valgrind is needed (Debian: apt-get install valgrind)" >&2; exit 1; }
 cargo build --release --locked -q -p toolgate-proxy -p toolgate-example-service
+cargo build --release --locked -q -p toolgate-proxy --example passthrough
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 BIN="$target_dir/release"
 # PROXY_BIN: another proxy binary to measure (an A/B comparison of two builds in one session).
@@ -40,12 +43,20 @@ measure() {
   mkdir -p "$work/$name"
   BENCH_POLICY=$policy python3 bench/config.py "$work/$name/proxy.yaml" "$UP" "$mcp" "$admin"
   out=$work/$name/callgrind.out
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
-    "$PROXY_BIN" --config "$work/$name/proxy.yaml" --reload-interval-ms 3600000 >"$work/$name/proxy.log" 2>&1 &
-  vg=$!
-  pids+=("$vg")
-  for _ in $(seq 600); do curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-  curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null || { echo "$name: the proxy did not start" >&2; cat "$work/$name/proxy.log" >&2; exit 1; }
+  if [[ "$name" == floor ]]; then
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+      "$BIN/examples/passthrough" "127.0.0.1:$mcp" "http://127.0.0.1:$UP" /customers/42 >"$work/$name/proxy.log" 2>&1 &
+    vg=$!
+    pids+=("$vg")
+    for _ in $(seq 600); do curl -so /dev/null -d '{}' "http://127.0.0.1:$mcp/mcp" && break; sleep 0.1; done
+  else
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+      "$PROXY_BIN" --config "$work/$name/proxy.yaml" --reload-interval-ms 3600000 >"$work/$name/proxy.log" 2>&1 &
+    vg=$!
+    pids+=("$vg")
+    for _ in $(seq 600); do curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+    curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null || { echo "$name: the proxy did not start" >&2; cat "$work/$name/proxy.log" >&2; exit 1; }
+  fi
   python3 - "$mcp" "$version" "$policy" "$CALLS" "$vg" "$out" "$name" <<'PY'
 import http.client, json, subprocess, sys, glob, os
 port, version, policy, calls, pid, out, name = sys.argv[1:]
@@ -65,7 +76,7 @@ if version == "2026-07-28":
                        "io.modelcontextprotocol/clientCapabilities": {},
                        "io.modelcontextprotocol/clientInfo": {"name": "callgrind", "version": "1"}}
     h.update({"mcp-method": "tools/call", "mcp-name": "get_customer"})
-else:
+elif name != "floor":
     r, _ = post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": version,
                 "capabilities": {}, "clientInfo": {"name": "callgrind", "version": "1"}}}, h)
     h["mcp-session-id"] = r.getheader("mcp-session-id")
@@ -74,7 +85,8 @@ call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
 def run(n):
     for _ in range(n):
         r, data = post(call, h)
-        assert r.status == 200 and b'"status":"success"' in data, data[:300]
+        ok = b'"id":"42"' if name == "floor" else b'"status":"success"'
+        assert r.status == 200 and ok in data, data[:300]
 run(200)
 subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
 run(50)
@@ -97,13 +109,15 @@ PY
   measure bare 0 2025-06-18
   measure modern 0 2026-07-28
   measure full 1 2025-06-18
+  measure floor 0 2025-06-18
 } | tee "$work/results.txt"
 python3 - "$work/results.txt" <<'PY'
 import sys
 r = dict(line.split() for line in open(sys.argv[1]) if line.strip())
 print()
 print(f"{'path':<8} {'instructions/call':>18}")
-for k in ("bare", "modern", "full"):
+for k in ("bare", "modern", "full", "floor"):
     print(f"{k:<8} {int(r[k]):>18,}")
 print(f"full over bare: {int(r['full']) / int(r['bare']) - 1:+.0%}")
+print(f"MCP work over the transport floor: bare {int(r['bare']) - int(r['floor']):,}, full {int(r['full']) - int(r['floor']):,}")
 PY
