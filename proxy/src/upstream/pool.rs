@@ -11,12 +11,14 @@
 //! Nothing polls a connection while it sits idle. One the upstream closed meanwhile is found
 //! closed when it is next checked out (polling it reads the end of the stream) and dropped
 //! before any request is written to it; one idle past `poolIdleTimeoutMs` is closed by a sweep
-//! or at the next checkout, whichever comes first.
+//! or at the next checkout, whichever comes first. A connection is pooled only once hyper says it
+//! takes another request, so a checkout never waits on one still busy with an earlier exchange.
 
 use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -31,30 +33,34 @@ type Io = TokioIo<TcpStream>;
 /// One HTTP/1.1 connection: the request side and the future that drives its I/O.
 pub(super) struct Conn {
     tx: SendRequest<Full<Bytes>>,
-    io: Connection<Io, Full<Bytes>>,
-    /// The connection future has finished (the peer closed it, or it failed): never reused.
-    ended: bool,
+    /// Dropped as soon as it finishes (the peer closed the connection, or it failed): dropping
+    /// hyper's dispatcher hands a request still queued on it back unsent, where keeping a finished
+    /// one would leave that request waiting for an answer nothing will give.
+    io: Option<Connection<Io, Full<Bytes>>>,
 }
 
 impl Conn {
-    /// Drives the connection once; whether it has ended.
-    fn poll_io(&mut self, cx: &mut std::task::Context<'_>) -> bool {
-        if !self.ended && Pin::new(&mut self.io).poll(cx).is_ready() {
-            self.ended = true;
+    /// Drives the connection's I/O once.
+    fn poll_io(&mut self, cx: &mut Context<'_>) {
+        if let Some(io) = self.io.as_mut() {
+            if Pin::new(io).poll(cx).is_ready() {
+                self.io = None;
+            }
         }
-        self.ended
     }
 
-    /// Waits until the connection takes a request; false when it closed instead (an idle
-    /// connection the upstream closed is found here, before anything is written to it).
+    /// Whether the connection takes a request now. An idle connection does as soon as its I/O has
+    /// been polled; one the upstream closed meanwhile (the poll reads the end of the stream) or
+    /// one still busy with an earlier exchange does not, and is not waited for.
+    fn ready_now(&mut self, cx: &mut Context<'_>) -> bool {
+        self.poll_io(cx);
+        self.io.is_some() && matches!(self.tx.poll_ready(cx), Poll::Ready(Ok(())))
+    }
+
+    /// [`Conn::ready_now`] with this task's waker: checked before a request is started on a
+    /// pooled connection.
     pub(super) async fn ready(&mut self) -> bool {
-        poll_fn(|cx| {
-            if self.poll_io(cx) {
-                return Poll::Ready(false);
-            }
-            self.tx.poll_ready(cx).map(|r| r.is_ok())
-        })
-        .await
+        poll_fn(|cx| Poll::Ready(self.ready_now(cx))).await
     }
 
     /// The request side, to start a request with.
@@ -74,9 +80,12 @@ impl Conn {
         .await
     }
 
-    /// Whether the connection may serve another request.
-    pub(super) fn reusable(&self) -> bool {
-        !self.ended && !self.tx.is_closed()
+    /// Readies a connection whose exchange is over for the pool, polled with a waker that wakes
+    /// nothing: hyper settles into its idle state, and the I/O no longer holds the last caller's
+    /// wakers (an upstream that closes the idle connection wakes no task). Whether it may serve
+    /// another request.
+    fn settle(&mut self) -> bool {
+        self.ready_now(&mut Context::from_waker(Waker::noop()))
     }
 }
 
@@ -131,9 +140,10 @@ impl Pool {
         conn
     }
 
-    /// Puts a connection that finished its exchange back, unless the pool is full.
-    pub(super) fn checkin(&self, conn: Conn) {
-        if !conn.reusable() || self.inner.max_idle == 0 {
+    /// Puts a connection that finished its exchange back, unless it cannot take another request.
+    /// A full pool closes its oldest connection to make room.
+    pub(super) fn checkin(&self, mut conn: Conn) {
+        if self.inner.max_idle == 0 || !conn.settle() {
             return;
         }
         let mut idle = self.inner.lock();
@@ -156,18 +166,27 @@ impl Pool {
         self.start_sweeping();
     }
 
-    /// Opens a new connection within the connect timeout.
+    /// Opens a new connection. The name is resolved first (a literal address needs no lookup);
+    /// as with hyper-util's connector, the connect timeout is shared out among the addresses it
+    /// resolves to, tried in turn, so an unreachable first address leaves time for the next.
     pub(super) async fn connect(&self) -> Result<Conn, std::io::Error> {
-        let timeout = self.inner.connect_timeout;
-        let stream = match tokio::time::timeout(timeout, TcpStream::connect(self.inner.addr.as_str())).await {
-            Ok(s) => s?,
-            Err(_) => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")),
-        };
-        let _ = stream.set_nodelay(true);
-        let (tx, io) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(std::io::Error::other)?;
-        Ok(Conn { tx, io, ended: false })
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(self.inner.addr.as_str()).await?.collect();
+        let each = self.inner.connect_timeout / u32::try_from(addrs.len().max(1)).unwrap_or(u32::MAX);
+        let mut failed = std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address");
+        for addr in addrs {
+            match tokio::time::timeout(each, TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    let (tx, io) = http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    return Ok(Conn { tx, io: Some(io) });
+                }
+                Ok(Err(e)) => failed = e,
+                Err(_) => failed = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
+            }
+        }
+        Err(failed)
     }
 
     /// Idle connections now (for tests).
@@ -188,7 +207,8 @@ impl Pool {
             return;
         };
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
-        let every = self.inner.idle_timeout;
+        // Every half timeout: no connection stays idle much past it.
+        let every = (self.inner.idle_timeout / 2).max(Duration::from_millis(1));
         handle.spawn(async move {
             loop {
                 tokio::time::sleep(every).await;

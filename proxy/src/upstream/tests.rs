@@ -20,8 +20,9 @@ use super::{CallError, Upstream};
 enum After {
     /// Answers and waits for the next request on the same connection.
     KeepAlive,
-    /// Answers (without `Connection: close`) and closes the connection.
-    AnswerThenClose,
+    /// Answers (without `Connection: close`), then closes the connection when the test says so
+    /// ([`Server::close`]).
+    AnswerThenCloseWhenTold,
     /// Closes the connection without answering.
     CloseUnanswered,
 }
@@ -33,7 +34,9 @@ struct Server {
     accepted: Arc<AtomicUsize>,
     heads: Arc<Mutex<Vec<String>>>,
     client_closed: Arc<tokio::sync::Notify>,
-    /// Notified when the server closed a connection after answering (`AnswerThenClose`).
+    /// Tells the server to close the connection it answered (`AnswerThenCloseWhenTold`).
+    close: Arc<tokio::sync::Notify>,
+    /// Notified when the server closed a connection after answering (`AnswerThenCloseWhenTold`).
     server_closed: Arc<tokio::sync::Notify>,
 }
 
@@ -45,12 +48,17 @@ impl Server {
             accepted: Arc::default(),
             heads: Arc::default(),
             client_closed: Arc::default(),
+            close: Arc::default(),
             server_closed: Arc::default(),
         };
         let (accepted, heads, closed) = (
             server.accepted.clone(),
             server.heads.clone(),
-            (server.client_closed.clone(), server.server_closed.clone()),
+            Signals {
+                client_closed: server.client_closed.clone(),
+                close: server.close.clone(),
+                server_closed: server.server_closed.clone(),
+            },
         );
         tokio::spawn(async move {
             loop {
@@ -78,19 +86,21 @@ impl Server {
     }
 }
 
-async fn serve(
-    mut stream: TcpStream,
-    after: After,
-    delay: Duration,
-    heads: Arc<Mutex<Vec<String>>>,
-    (closed, server_closed): (Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>),
-) {
+/// How a connection's server task and the test signal each other.
+#[derive(Clone)]
+struct Signals {
+    client_closed: Arc<tokio::sync::Notify>,
+    close: Arc<tokio::sync::Notify>,
+    server_closed: Arc<tokio::sync::Notify>,
+}
+
+async fn serve(mut stream: TcpStream, after: After, delay: Duration, heads: Arc<Mutex<Vec<String>>>, signals: Signals) {
     let mut buf = Vec::new();
     loop {
         let mut chunk = [0u8; 4096];
         let n = stream.read(&mut chunk).await.unwrap_or(0);
         if n == 0 {
-            closed.notify_one();
+            signals.client_closed.notify_one();
             return;
         }
         buf.extend_from_slice(&chunk[..n]);
@@ -106,7 +116,7 @@ async fn serve(
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             n = stream.read(&mut chunk) => if n.unwrap_or(0) == 0 {
-                closed.notify_one();
+                signals.client_closed.notify_one();
                 return;
             }
         }
@@ -121,10 +131,11 @@ async fn serve(
         if stream.write_all(resp.as_bytes()).await.is_err() {
             return;
         }
-        if after == After::AnswerThenClose {
+        if after == After::AnswerThenCloseWhenTold {
+            signals.close.notified().await;
             // On loopback the close reaches the client's socket before this returns.
             drop(stream);
-            server_closed.notify_one();
+            signals.server_closed.notify_one();
             return;
         }
     }
@@ -169,18 +180,49 @@ async fn calls_share_one_connection_and_send_the_path_with_a_host_header() {
 
 #[tokio::test]
 async fn a_pooled_connection_the_upstream_closed_is_left_for_a_new_one() {
-    let server = Server::start(After::AnswerThenClose, Duration::ZERO).await;
+    let server = Server::start(After::AnswerThenCloseWhenTold, Duration::ZERO).await;
     let upstream = server.upstream(|_| {});
     for i in 0..3 {
         let resp = upstream.send(get(&upstream, "/x"), TIMEOUT).await.unwrap();
         assert_eq!(resp.status, 200, "call {i}");
-        // The upstream has closed the idle connection before the next call.
+        assert_eq!(upstream.pool.idle_count(), 1, "call {i}: its connection is pooled");
+        // The upstream closes the idle connection before the next call takes it.
+        server.close.notify_one();
         tokio::time::timeout(TIMEOUT, server.server_closed.notified())
             .await
             .unwrap();
     }
     assert_eq!(server.accepted(), 3, "a closed connection is never written to");
     assert_eq!(server.heads().len(), 3, "and no request was sent twice");
+}
+
+#[tokio::test]
+async fn a_request_queued_on_a_connection_that_then_closes_comes_back_unsent() {
+    // The race a busy proxy meets with upstreams that close idle connections: the connection
+    // was ready when taken, and its close arrives before the request is written.
+    let server = Server::start(After::AnswerThenCloseWhenTold, Duration::ZERO).await;
+    let upstream = server.upstream(|_| {});
+    upstream.send(get(&upstream, "/x"), TIMEOUT).await.unwrap();
+    let mut conn = upstream.pool.checkout().expect("the first call's connection is pooled");
+    assert!(conn.ready().await);
+    server.close.notify_one();
+    tokio::time::timeout(TIMEOUT, server.server_closed.notified())
+        .await
+        .unwrap();
+    let sent = conn.sender().try_send_request(get(&upstream, "/y"));
+    let outcome = tokio::time::timeout(Duration::from_secs(2), conn.drive(sent))
+        .await
+        .expect("the request comes back at once, not after the call's timeout");
+    let mut refused = outcome.expect_err("the connection was closed");
+    assert!(
+        refused.take_message().is_some(),
+        "it was never written, so it may go out again"
+    );
+    assert_eq!(server.heads().len(), 1);
+    // Through the client, the same request goes out on a new connection.
+    let resp = upstream.send(get(&upstream, "/y"), TIMEOUT).await.unwrap();
+    assert_eq!(resp.status, 200);
+    assert_eq!(server.heads().len(), 2);
 }
 
 #[tokio::test]
@@ -215,15 +257,16 @@ async fn an_upstream_that_does_not_answer_in_time_is_a_timeout_and_its_connectio
 
 #[tokio::test]
 async fn a_refused_connection_is_a_connect_error() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A port bound but not listening refuses connections, and stays this test's for its length.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
     let cfg: UpstreamConfig =
         serde_json::from_value(serde_json::json!({"baseUrl": format!("http://127.0.0.1:{port}")})).unwrap();
     let upstream = Upstream::new(&cfg).unwrap();
     let err = upstream.send(get(&upstream, "/x"), TIMEOUT).await.unwrap_err();
     assert_eq!(err, CallError::Connect);
+    drop(socket);
 }
 
 #[tokio::test]
