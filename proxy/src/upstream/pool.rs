@@ -17,8 +17,9 @@
 use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -37,13 +38,76 @@ pub(super) struct Conn {
     /// hyper's dispatcher hands a request still queued on it back unsent, where keeping a finished
     /// one would leave that request waiting for an answer nothing will give.
     io: Option<Connection<Io, Full<Bytes>>>,
+    /// What the connection's I/O and its exchange's channels wake.
+    wake: Arc<LocalWake>,
+    /// `wake` as a [`Waker`].
+    waker: Waker,
+}
+
+/// The waker a connection and its exchange are polled with. It wakes the task that drives them,
+/// except while that task is polling them itself ([`Conn::drive`]): hyper's dispatcher wakes the
+/// request's receiver (the answer, each part of the body) from inside that poll, and a task that
+/// wakes itself while it runs is rescheduled by tokio as if it yielded, which also wakes an idle
+/// worker to steal it. Such a wake only asks the poll loop for another round.
+struct LocalWake {
+    /// The task driving the connection; none while the connection is idle in the pool.
+    task: Mutex<Option<Waker>>,
+    /// [`POLLING`] and [`WOKEN`].
+    state: AtomicU8,
+}
+
+/// The task is polling the connection now: a wake is recorded, not sent.
+const POLLING: u8 = 1;
+/// A wake came while [`POLLING`].
+const WOKEN: u8 = 2;
+/// Rounds of one [`Conn::drive`] poll before a wake is handed to the runtime after all (hyper
+/// yields to the runtime by waking itself after a long run of work; that must reach the runtime).
+const MAX_ROUNDS: usize = 4;
+
+impl Wake for LocalWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.state.fetch_or(WOKEN, Ordering::AcqRel) & POLLING == 0 {
+            if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                task.wake_by_ref();
+            }
+        }
+    }
+}
+
+impl LocalWake {
+    /// The task in `cx` drives the connection from now on, and is polling it.
+    fn enter(&self, cx: &Context<'_>) {
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
+            *task = Some(cx.waker().clone());
+        }
+        self.state.store(POLLING, Ordering::Release);
+    }
 }
 
 impl Conn {
+    fn new(tx: SendRequest<Full<Bytes>>, io: Connection<Io, Full<Bytes>>) -> Self {
+        let wake = Arc::new(LocalWake {
+            task: Mutex::new(None),
+            state: AtomicU8::new(0),
+        });
+        let waker = Waker::from(Arc::clone(&wake));
+        Self {
+            tx,
+            io: Some(io),
+            wake,
+            waker,
+        }
+    }
+
     /// Drives the connection's I/O once.
-    fn poll_io(&mut self, cx: &mut Context<'_>) {
+    fn poll_io(&mut self) {
         if let Some(io) = self.io.as_mut() {
-            if Pin::new(io).poll(cx).is_ready() {
+            if Pin::new(io).poll(&mut Context::from_waker(&self.waker)).is_ready() {
                 self.io = None;
             }
         }
@@ -52,15 +116,24 @@ impl Conn {
     /// Whether the connection takes a request now. An idle connection does as soon as its I/O has
     /// been polled; one the upstream closed meanwhile (the poll reads the end of the stream) or
     /// one still busy with an earlier exchange does not, and is not waited for.
-    fn ready_now(&mut self, cx: &mut Context<'_>) -> bool {
-        self.poll_io(cx);
-        self.io.is_some() && matches!(self.tx.poll_ready(cx), Poll::Ready(Ok(())))
+    fn ready_now(&mut self) -> bool {
+        self.poll_io();
+        self.io.is_some()
+            && matches!(
+                self.tx.poll_ready(&mut Context::from_waker(&self.waker)),
+                Poll::Ready(Ok(()))
+            )
     }
 
-    /// [`Conn::ready_now`] with this task's waker: checked before a request is started on a
-    /// pooled connection.
+    /// Checked before a request is started on a pooled connection. The calling task drives the
+    /// connection from here on; the request is started ([`Conn::sender`]) and driven
+    /// ([`Conn::drive`]) in the same poll.
     pub(super) async fn ready(&mut self) -> bool {
-        poll_fn(|cx| Poll::Ready(self.ready_now(cx))).await
+        poll_fn(|cx| {
+            self.wake.enter(cx);
+            Poll::Ready(self.ready_now())
+        })
+        .await
     }
 
     /// The request side, to start a request with.
@@ -73,19 +146,33 @@ impl Conn {
     pub(super) async fn drive<F: Future>(&mut self, work: F) -> F::Output {
         let mut work = pin!(work);
         poll_fn(|cx| {
-            // The I/O first, so that what it read is there when the work looks for it.
-            self.poll_io(cx);
-            work.as_mut().poll(cx)
+            self.wake.enter(cx);
+            for _ in 0..MAX_ROUNDS {
+                self.wake.state.store(POLLING, Ordering::Release);
+                // The I/O first, so that what it read is there when the work looks for it.
+                self.poll_io();
+                if let Poll::Ready(out) = work.as_mut().poll(&mut Context::from_waker(&self.waker)) {
+                    self.wake.state.store(0, Ordering::Release);
+                    return Poll::Ready(out);
+                }
+                // From here a wake reaches the task; one that came during the round means the
+                // round left work to do.
+                if self.wake.state.swap(0, Ordering::AcqRel) & WOKEN == 0 {
+                    return Poll::Pending;
+                }
+            }
+            cx.waker().wake_by_ref();
+            Poll::Pending
         })
         .await
     }
 
-    /// Readies a connection whose exchange is over for the pool, polled with a waker that wakes
-    /// nothing: hyper settles into its idle state, and the I/O no longer holds the last caller's
-    /// wakers (an upstream that closes the idle connection wakes no task). Whether it may serve
-    /// another request.
+    /// Readies a connection whose exchange is over for the pool: hyper settles into its idle
+    /// state, and no task is woken for it any more (an upstream that closes the idle connection
+    /// wakes no one; the next checkout finds it closed). Whether it may serve another request.
     fn settle(&mut self) -> bool {
-        self.ready_now(&mut Context::from_waker(Waker::noop()))
+        *self.wake.task.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.ready_now()
     }
 }
 
@@ -180,7 +267,7 @@ impl Pool {
                     let (tx, io) = http1::handshake(TokioIo::new(stream))
                         .await
                         .map_err(std::io::Error::other)?;
-                    return Ok(Conn { tx, io: Some(io) });
+                    return Ok(Conn::new(tx, io));
                 }
                 Ok(Err(e)) => failed = e,
                 Err(_) => failed = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
@@ -198,7 +285,6 @@ impl Pool {
     /// Starts the task that closes connections idle past the timeout, once per pool; it ends
     /// with the pool (a config generation that is no longer served).
     fn start_sweeping(&self) {
-        use std::sync::atomic::Ordering;
         if self.inner.sweeping.load(Ordering::Relaxed) || self.inner.sweeping.swap(true, Ordering::Relaxed) {
             return;
         }
