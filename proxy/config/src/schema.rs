@@ -26,7 +26,7 @@ pub type Patterns = PatternCache;
 /// Checks the schemas of one config: each distinct schema (by JSON text; tools imported from one
 /// OpenAPI spec often share an `{id}` lookup or a response) is compiled once, with patterns of
 /// its own, and its validator dropped at once. Only the outcome is kept, so checking 1,000
-/// distinct schemas holds one validator at a time, not 1,000 of 5-10 KiB each: the load's
+/// distinct schemas holds one validator at a time, not 1,000 of 5-12 KiB each: the load's
 /// transient peak, which the allocator would otherwise keep partly resident, stays small.
 #[derive(Default)]
 pub struct Checker {
@@ -51,7 +51,7 @@ impl Checker {
 }
 
 /// A schema that loading has already checked (it compiled), kept as its JSON text and compiled
-/// again for serving on its first use. A compiled validator and its patterns cost 5-10 KiB for a
+/// again for serving on its first use. A compiled validator and its patterns cost 2-6 KiB for a
 /// small schema, and a config of 1,000 tools of which agents call a few dozen should not hold
 /// the other validators: memory follows the tools in use, not the tools configured. The first
 /// call of a tool pays the compile (about 0.1 ms for a small schema).
@@ -77,7 +77,7 @@ impl LazyValidator {
         self.validator
             .get_or_init(|| {
                 let schema: Value = serde_json::from_str(&self.text).map_err(|e| e.to_string())?;
-                compile(&schema, &self.patterns)
+                compile_checked(&schema, &self.patterns)
             })
             .as_ref()
             .map_err(String::as_str)
@@ -110,7 +110,8 @@ impl LazyValidators {
 }
 
 /// Compiles `schema` with the linear-time pattern engine, sharing compiled patterns through
-/// `patterns`. The error says which pattern could not be compiled and why.
+/// `patterns`, and refuses a pattern whose program is over [`MAX_PATTERN_PROGRAM_BYTES`]. The
+/// error says which pattern could not be compiled and why.
 pub fn compile(schema: &Value, patterns: &Patterns) -> Result<Validator, String> {
     jsonschema::options()
         .with_pattern_options(PatternOptions::regex().size_limit(MAX_PATTERN_PROGRAM_BYTES))
@@ -128,6 +129,21 @@ pub fn compile(schema: &Value, patterns: &Patterns) -> Result<Validator, String>
             }
             msg
         })
+}
+
+/// Compiles a schema that [`compile`] has already accepted, for serving: the same engine, but
+/// without asking it to enforce the size limit again. The validator can then keep a simple pattern
+/// (a literal, classes and repeats: most `pattern`s of real tools) as a small sequence matcher and
+/// build its regex program only for an input the sequence cannot decide, where an enforced limit
+/// makes it build that program with the validator: about 6 KiB for `^r1-[a-z0-9-]+$`, which a
+/// 1,000-tool config pays 1,000 times. Every pattern here passed the limit at load; a program the
+/// engine builds later is the same one, so the limit still holds.
+fn compile_checked(schema: &Value, patterns: &Patterns) -> Result<Validator, String> {
+    jsonschema::options()
+        .with_pattern_options(PatternOptions::regex())
+        .with_pattern_cache(patterns.clone())
+        .build(schema)
+        .map_err(|e| e.to_string())
 }
 
 /// Whether `schema` refers to other schemas (`$ref`, `$dynamicRef`, `$recursiveRef`) anywhere.
@@ -204,6 +220,59 @@ mod tests {
         assert!(a2.is_compiled() && !b1.is_compiled());
         assert!(std::ptr::eq(a1.get().unwrap(), v), "compiled once");
         assert!(b1.get().unwrap().is_valid(&json!({"id": "123"})));
+    }
+
+    #[test]
+    fn a_served_validator_decides_every_input_as_the_checked_one_does() {
+        // Served validators skip the size limit the load already enforced, so simple patterns
+        // stay sequence matchers: they must still decide like the checked compile, also for the
+        // inputs a sequence leaves to the regex engine, and stay linear on hostile input.
+        let patterns = [
+            "^r12-[a-z0-9-]+$",
+            "^[A-Z]{2}\\d{6}$",
+            "^\\+?[1-9]\\d{1,14}$",
+            "^(foo|bar)-\\w+$",
+            "^[^@\\s]+@[^@\\s]+\\.[a-z]{2,}$",
+            "^(a*)*b$",
+            "é+$",
+            "",
+        ];
+        let inputs = [
+            "r12-abc",
+            "r12-",
+            "R12-abc",
+            "r12-abc\n",
+            "xr12-abc",
+            "AB123456",
+            "AB12345",
+            "+14155550123",
+            "0123",
+            "foo-x1",
+            "baz-x",
+            "a@b.io",
+            "a@b",
+            "ab",
+            "b",
+            "éé",
+            "e",
+            "",
+            &"a".repeat(50_000),
+        ];
+        let served = LazyValidators::default();
+        for p in patterns {
+            let schema = json!({"type": "string", "pattern": p});
+            let checked = compile_one(schema.clone()).unwrap();
+            let lazy = LazyValidator::new(&schema, &served.patterns);
+            let serving = lazy.get().unwrap();
+            for i in inputs {
+                assert_eq!(
+                    serving.is_valid(&json!(i)),
+                    checked.is_valid(&json!(i)),
+                    "pattern {p:?} on {:?}",
+                    &i[..i.len().min(20)]
+                );
+            }
+        }
     }
 
     #[test]
