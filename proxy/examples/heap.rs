@@ -3,12 +3,12 @@
 //! tool's metric series), so a change shows which part it moved. RSS adds the binary's code,
 //! stacks and the allocator's own pages to this; `bench/rss-load.py` measures that.
 //!
-//!     cargo run --release -p toolgate-proxy --example heap -- CONFIG
+//!     cargo run --release -p toolgate-proxy --features heap-stats --example heap -- CONFIG
 //!
 //! For example the benchmark's 1,000 tools with distinct schemas:
 //!
 //!     BENCH_TOOLS=1000 BENCH_DISTINCT=1 bench/config.py /tmp/p.yaml 8080 8931 9464
-//!     cargo run --release -p toolgate-proxy --example heap -- /tmp/p.yaml
+//!     cargo run --release -p toolgate-proxy --features heap-stats --example heap -- /tmp/p.yaml
 use std::path::PathBuf;
 use std::time::Duration;
 
