@@ -47,9 +47,11 @@ pub enum BodyPlan {
 
 /// One tool, ready to serve.
 pub struct CompiledTool {
-    /// The tool as configured, but for `inputSchema` (`Null`) and `outputSchema` (`None`):
-    /// they live on compiled in `input` and `output` and rendered in `listing`, and a 1,000-tool
-    /// config does not keep their value trees twice.
+    /// The tool as configured, less what lives on compiled in the fields below or rendered in
+    /// `listing`, so that a 1,000-tool config does not keep it twice: `inputSchema` (`Null`),
+    /// `outputSchema` (`None`), the description, title and semantic contract (empty), and
+    /// `http.query`, `http.headers` and `response` (empty). What the policy and the call read
+    /// (name, method, path, tier, safety, annotations, role, timeout) stays.
     pub config: ToolConfig,
     /// Effective tier.
     pub tier: Tier,
@@ -424,14 +426,18 @@ fn compile_tool(
     let output = t.output_schema.as_ref().map(|s| schemas.get(s));
     let path = Template::parse(&t.http.path).map_err(|e| ("http.path", e.to_string()))?;
     let mut used: HashSet<String> = path.vars().map(str::to_string).collect();
-    let mut query = Vec::with_capacity(t.http.query.len());
-    for (k, v) in &t.http.query {
+    // The query, headers and response settings are compiled into the fields below and the
+    // description, title and contract rendered into `listing`: none of them is kept twice.
+    let (query_config, headers_config) = (std::mem::take(&mut t.http.query), std::mem::take(&mut t.http.headers));
+    let response = std::mem::take(&mut t.response);
+    let mut query = Vec::with_capacity(query_config.len());
+    for (k, v) in &query_config {
         let tpl = Template::parse(v).map_err(|e| ("http.query", e.to_string()))?;
         used.extend(tpl.vars().map(str::to_string));
         query.push((k.clone(), tpl));
     }
-    let mut headers = Vec::with_capacity(t.http.headers.len());
-    for (k, v) in &t.http.headers {
+    let mut headers = Vec::with_capacity(headers_config.len());
+    for (k, v) in &headers_config {
         let name = http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| ("http.headers", e.to_string()))?;
         let tpl = Template::parse(v).map_err(|e| ("http.headers", e.to_string()))?;
         used.extend(tpl.vars().map(str::to_string));
@@ -453,7 +459,7 @@ fn compile_tool(
     };
     let mut statuses = HashMap::new();
     let mut classes: Vec<Option<StatusMapping>> = Vec::new();
-    for (key, mapping) in &t.response.statuses {
+    for (key, mapping) in &response.statuses {
         if let Some(class) = key.strip_suffix("xx") {
             let d: usize = class
                 .parse()
@@ -479,6 +485,9 @@ fn compile_tool(
     // Kept as text in `input`/`output` and rendered into `listing`: the value trees are not kept.
     t.input_schema = Value::Null;
     t.output_schema = None;
+    t.description = String::new();
+    t.title = None;
+    t.contract = Default::default();
     Ok(CompiledTool {
         tier,
         safety,
@@ -490,11 +499,10 @@ fn compile_tool(
         headers,
         body,
         timeout: Duration::from_millis(t.http.timeout_ms.unwrap_or(default_timeout_ms)),
-        pick: pointers(&t.response.pick)?,
-        error_pick: pointers(&t.response.error_pick)?,
-        redact: pointers(&t.response.redact)?,
-        evidence: t
-            .response
+        pick: pointers(&response.pick)?,
+        error_pick: pointers(&response.error_pick)?,
+        redact: pointers(&response.redact)?,
+        evidence: response
             .evidence
             .iter()
             .map(|p| {
@@ -590,8 +598,14 @@ mod tests {
             assert_eq!(entry["annotations"]["readOnlyHint"], t == "plain");
         }
         let mut out = String::new();
-        rt.tool("titled").unwrap().listing.write(&mut out);
+        let titled = rt.tool("titled").unwrap();
+        titled.listing.write(&mut out);
         let entry: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(entry["description"], "Writes");
+        assert!(
+            titled.config.description.is_empty() && titled.config.title.is_none(),
+            "what the listing holds is not kept twice"
+        );
         assert_eq!(entry["title"], "A \"titled\" one");
         assert_eq!(entry["annotations"]["title"], "A \"titled\" one");
         assert_eq!(entry["inputSchema"]["properties"]["n"]["type"], "integer");
