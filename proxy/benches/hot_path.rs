@@ -119,7 +119,11 @@ fn bench_policy() {
         let start = Instant::now();
         for i in 0..iters {
             let who = rt.auth.authenticate(black_box(&headers)).await.unwrap();
-            shared.limiters.ip.check("127.0.0.1", rt.limits.per_ip).unwrap();
+            shared
+                .limiters
+                .ip
+                .check(&std::net::IpAddr::from([127, 0, 0, 1]), rt.limits.per_ip)
+                .unwrap();
             shared
                 .limiters
                 .identity

@@ -1,10 +1,12 @@
 //! A loaded config compiled for serving: schemas compiled once, templates parsed, status maps
 //! indexed, `tools/list` entries rendered. Swapped atomically on reload.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+// Looked up on every call (tool names come from clients): foldhash, seeded per map.
+use foldhash::{HashMap, HashMapExt};
 use serde_json::{json, Value};
 use toolgate_config::pointer::Pointer;
 use toolgate_config::schema::{self, LazyValidator, LazyValidators};

@@ -248,23 +248,9 @@ struct PeerSlot {
 }
 
 impl PeerCap {
-    /// The address a connection counts under: the IP, or its /64 for IPv6 (one host has many).
-    fn key(ip: std::net::IpAddr) -> std::net::IpAddr {
-        match ip {
-            std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
-                let net = u128::from(v6) & !((1u128 << 64) - 1);
-                std::net::IpAddr::V6(net.into())
-            }
-            std::net::IpAddr::V6(v6) => {
-                std::net::IpAddr::V4(v6.to_ipv4_mapped().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED))
-            }
-            v4 => v4,
-        }
-    }
-
     /// A slot for a connection from `ip`, or `None` when that address has `limit` open.
     fn admit(&self, ip: std::net::IpAddr) -> Option<PeerSlot> {
-        let key = Self::key(ip);
+        let key = crate::policy::clientip::counting_key(ip);
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let n = counts.entry(key).or_insert(0);
         if *n >= self.limit {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use toolgate_config::{FailurePolicy, Tier};
 
-use super::sealed::subject_digest;
 use super::session::Session;
 use super::Shared;
 use crate::metrics::METRICS;
@@ -38,7 +37,7 @@ pub(crate) async fn admit(
     let name = tool.config.name.as_str();
     let per_tool = rt.limits.per_tool.get(name).copied();
     if let Some(store) = shared.store.load_full() {
-        let subject = subject_digest(&who.subject);
+        let subject = who.subject_digest();
         let handle = session.filter(|s| s.expires.is_some()).map(|s| &*s.handle);
         match store
             .admit(&subject, rt.limits.per_identity, per_tool.map(|r| (name, r)), handle)

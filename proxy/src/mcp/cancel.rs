@@ -16,7 +16,8 @@ pub struct Cancels {
 }
 
 /// (session handle, JSON-RPC id as JSON text) -> (registration token, cancel signal).
-type CancelMap = std::collections::HashMap<(String, String), (u64, tokio::sync::oneshot::Sender<()>)>;
+/// Keys come from clients: a seeded hasher ([`foldhash`], as for the rate limiters).
+type CancelMap = foldhash::HashMap<(String, String), (u64, tokio::sync::oneshot::Sender<()>)>;
 
 /// Removes its entry from [`Cancels`] when the call ends, however it ends.
 pub struct CancelEntry<'a> {
@@ -67,9 +68,12 @@ impl Cancels {
 impl Drop for CancelEntry<'_> {
     fn drop(&mut self) {
         let mut map = self.cancels.lock();
-        // Only this call's entry: a replacement under the same key stays.
-        if map.get(&self.key).is_some_and(|(t, _)| *t == self.token) {
-            map.remove(&self.key);
+        // Only this call's entry: a replacement under the same key stays. One lookup: the key
+        // is not needed after this.
+        if let std::collections::hash_map::Entry::Occupied(e) = map.entry(std::mem::take(&mut self.key)) {
+            if e.get().0 == self.token {
+                e.remove();
+            }
         }
     }
 }

@@ -20,7 +20,13 @@ fn next_request_id() -> String {
     static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let prefix = PREFIX.get_or_init(|| session::new_id()[..12].to_string());
-    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed))
+    let mut n = itoa::Buffer::new();
+    let n = n.format(COUNTER.fetch_add(1, Ordering::Relaxed));
+    let mut id = String::with_capacity(prefix.len() + 1 + n.len());
+    id.push_str(prefix);
+    id.push('-');
+    id.push_str(n);
+    id
 }
 
 /// An authenticated caller.
@@ -55,19 +61,6 @@ pub(crate) fn rate_limited(id: Option<&Value>, scope: &'static str, retry: Durat
     r.headers_mut()
         .insert(http::header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
     r
-}
-
-/// The address the per-IP limiter counts: IPv4 as is, IPv6 by its /64 (one host usually has a
-/// whole /64, so counting single addresses would be no limit at all).
-pub(crate) fn limiter_key(ip: std::net::IpAddr) -> String {
-    match ip {
-        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
-            let s = v6.segments();
-            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-        }
-        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or_else(|| v6.to_string(), |v4| v4.to_string()),
-        v4 => v4.to_string(),
-    }
 }
 
 /// The client's address (trusted proxies decide) for a request from `peer`.
@@ -143,7 +136,7 @@ pub(crate) async fn gate(
     Ok(Caller {
         identity,
         trace,
-        tracestate: header_str(&parts.headers, "tracestate")
+        tracestate: header_str(&parts.headers, &super::TRACESTATE)
             .filter(|v| !v.is_empty() && v.len() <= 512)
             .map(str::to_string),
         request_id: next_request_id(),

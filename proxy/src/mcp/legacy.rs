@@ -13,10 +13,11 @@ use serde_json::{json, Value};
 use toolgate_config::LEGACY_PROTOCOL_VERSIONS;
 
 use super::{
-    call, client_ip, code, empty, gate, header_str, limiter_key, rate_limited, refuse_call, rpc_error, tools_list,
-    Body, Caller, Incoming, Peer, Reply, Shared, SESSION_HEADER,
+    call, client_ip, code, empty, gate, header_str, rate_limited, refuse_call, rpc_error, tools_list, Body, Caller,
+    Incoming, Peer, Reply, Shared, SESSION_HEADER,
 };
 use super::{sealed, session, session::Session};
+use crate::policy::{clientip, Identity};
 use crate::runtime::Runtime;
 use crate::trace::TraceContext;
 
@@ -41,7 +42,7 @@ pub(crate) async fn serve(
         };
         return initialize(shared, rt, caller, id, params);
     }
-    let session = match header_str(headers, SESSION_HEADER) {
+    let session = match header_str(headers, &SESSION_HEADER) {
         None => Err((
             StatusCode::BAD_REQUEST,
             code::INVALID_REQUEST,
@@ -49,7 +50,7 @@ pub(crate) async fn serve(
             "missing_session",
         )),
         // A session belongs to the subject that opened it; to anyone else it does not exist.
-        Some(sid) => match find(shared, rt, sid, &caller.identity.subject) {
+        Some(sid) => match find(shared, rt, sid, &caller.identity) {
             // A tools/call checks the revocation in the same store round trip as its limits.
             Some(s) if method == Some("tools/call") || !super::admit::session_revoked(shared, &s).await => Ok(s),
             _ => Err((
@@ -185,7 +186,7 @@ pub(crate) async fn delete(
 ) -> Response<Body> {
     let (parts, _) = req.into_parts();
     let modern =
-        header_str(&parts.headers, super::VERSION_HEADER).is_some_and(|v| !LEGACY_PROTOCOL_VERSIONS.contains(&v));
+        header_str(&parts.headers, &super::VERSION_HEADER).is_some_and(|v| !LEGACY_PROTOCOL_VERSIONS.contains(&v));
     if modern {
         let mut r = rpc_error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -199,14 +200,14 @@ pub(crate) async fn delete(
         return r;
     }
     let ip = client_ip(rt, &parts, peer);
-    if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
+    if let Err(retry) = shared.limiters.ip.check(&clientip::counting_key(ip), rt.limits.per_ip) {
         return rate_limited(None, "ip", retry);
     }
     let caller = match gate(rt, &parts, peer, ip, None, trace).await {
         Ok(c) => c,
         Err(r) => return r.response,
     };
-    let Some(sid) = header_str(&parts.headers, SESSION_HEADER) else {
+    let Some(sid) = header_str(&parts.headers, &SESSION_HEADER) else {
         return rpc_error(
             StatusCode::BAD_REQUEST,
             None,
@@ -226,7 +227,7 @@ pub(crate) async fn delete(
     };
     // Not `find`: a DELETE retried after a 503 must reach the store again, though this replica
     // already counts the session as ended.
-    let Some(session) = open_session(shared, rt, sid, &caller.identity.subject) else {
+    let Some(session) = open_session(shared, rt, sid, &caller.identity) else {
         return not_found();
     };
     let Some(remaining) = session.remaining() else {
@@ -280,16 +281,16 @@ const REVOCATION_MARGIN: Duration = Duration::from_secs(300);
 /// The session `id` of `subject`, whether or not it was ended here: sealed when it carries
 /// the sealed prefix and this server has keys, from the in-memory table otherwise; `None` if
 /// unknown, expired or another subject's.
-fn open_session(shared: &Shared, rt: &Runtime, id: &str, subject: &str) -> Option<Arc<Session>> {
+fn open_session(shared: &Shared, rt: &Runtime, id: &str, who: &Identity) -> Option<Arc<Session>> {
     let ttl = Duration::from_secs(rt.config.server.session_ttl_seconds);
     let session = match &rt.session_keys {
         Some(keys) if id.starts_with(sealed::PREFIX) => session::open(keys, id, ttl)?,
         _ => shared.sessions.get(id, ttl)?,
     };
-    session.belongs_to(subject).then_some(session)
+    session.belongs_to(who).then_some(session)
 }
 
 /// The live session `id` of `subject`; `None` also when it was ended here.
-fn find(shared: &Shared, rt: &Runtime, id: &str, subject: &str) -> Option<Arc<Session>> {
-    open_session(shared, rt, id, subject).filter(|s| !shared.revoked.contains(s))
+fn find(shared: &Shared, rt: &Runtime, id: &str, who: &Identity) -> Option<Arc<Session>> {
+    open_session(shared, rt, id, who).filter(|s| !shared.revoked.contains(s))
 }

@@ -25,13 +25,14 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_TYPE, ORIGIN};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, ORIGIN};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::audit::Auditor;
 use crate::metrics;
 use crate::otel;
+use crate::policy::clientip;
 use crate::policy::ratelimit::Limiter;
 use crate::runtime::Runtime;
 use crate::trace::TraceContext;
@@ -40,17 +41,21 @@ use refused::{audit_unparsed, body_refusal, header_refusal, refuse_unread, throt
 use session::{Session, Sessions};
 
 pub use body::Body;
-use gate::{client_ip, gate, limiter_key};
+use gate::{client_ip, gate};
 pub(crate) use gate::{rate_limited, Caller};
 use origin::{host_allowed, origin_allowed, preflight};
 pub(crate) use record::RequestInfo;
 use record::{RequestRecord, ToolError};
 pub(crate) use tools::{finish, invalid_arguments, tools_list, visible};
 
+// Header names as `HeaderName`s, not text: a lookup by text parses the name first, on every
+// request.
 /// `Mcp-Session-Id`.
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
+pub const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// The first version whose invalid-argument errors are tool results (SEP-1303).
 const TOOL_ERROR_VERSION: &str = "2025-11-25";
 
@@ -153,8 +158,8 @@ impl InFlight {
 
 /// The three limiters.
 pub struct Limiters {
-    /// Per client IP, before authentication.
-    pub ip: Limiter,
+    /// Per client IP (IPv6 by its /64, [`clientip::counting_key`]), before authentication.
+    pub ip: Limiter<std::net::IpAddr>,
     /// Per identity (`tools/call`).
     pub identity: Limiter,
     /// Per identity and tool.
@@ -194,7 +199,8 @@ impl Shared {
     /// Applies the settings of a new generation that live outside it (limiter caps, audit
     /// sink, shared store).
     pub fn adopt(&self, rt: &Runtime) {
-        for l in [&self.limiters.ip, &self.limiters.identity, &self.limiters.tool] {
+        self.limiters.ip.set_max_keys(rt.limits.max_keys);
+        for l in [&self.limiters.identity, &self.limiters.tool] {
             l.set_max_keys(rt.limits.max_keys);
         }
         if self.auditor.load().config != rt.config.policy.audit {
@@ -326,11 +332,11 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
         info: RequestInfo {
             method: "unknown",
             method_name: None,
-            trace: TraceContext::from_header(header_str(req.headers(), "traceparent")),
+            trace: TraceContext::from_header(header_str(req.headers(), &TRACEPARENT)),
             trace_state: None,
             rpc_id: None,
             tool: None,
-            session: header_str(req.headers(), SESSION_HEADER).map(|s| prefix(s, 128).to_owned()),
+            session: header_str(req.headers(), &SESSION_HEADER).map(|s| prefix(s, 128).to_owned()),
             version: None,
             http_version: match req.version() {
                 http::Version::HTTP_10 => "1.0",
@@ -342,7 +348,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
         done: false,
     };
     if otel::enabled() {
-        record.info.trace_state = header_str(req.headers(), "tracestate").map(|s| prefix(s, 512).to_owned());
+        record.info.trace_state = header_str(req.headers(), &TRACESTATE).map(|s| prefix(s, 512).to_owned());
     }
     let resp = serve(shared, req, peer, &mut record.info).await;
     let tool_error = resp.extensions().get::<ToolError>().is_some();
@@ -454,7 +460,7 @@ async fn post(
     // The pre-auth throttle comes first: a client over its limit gets nothing but the start of
     // its body read, to audit a throttled `tools/call`.
     let ip = client_ip(rt, &parts, peer);
-    if let Err(retry) = shared.limiters.ip.check(&limiter_key(ip), rt.limits.per_ip) {
+    if let Err(retry) = shared.limiters.ip.check(&clientip::counting_key(ip), rt.limits.per_ip) {
         return throttled(shared, body, ip, retry, info).await;
     }
     if let Some((resp, reason)) = header_refusal(headers, server.max_body_bytes) {

@@ -9,7 +9,7 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderName, StatusCode};
 use serde_json::{json, Map, Value};
 use toolgate_config::{LEGACY_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS};
 
@@ -38,9 +38,9 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// Notification `_meta` key: the `subscriptions/listen` request a notification belongs to.
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 /// `Mcp-Method`: the JSON-RPC method, on every request.
-pub const METHOD_HEADER: &str = "mcp-method";
+pub const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
 /// `Mcp-Name`: the tool name of a `tools/call`.
-pub const NAME_HEADER: &str = "mcp-name";
+pub const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 
 /// JSON-RPC codes of this revision.
 pub mod code {
@@ -111,7 +111,7 @@ fn meta(msg: &Map<String, Value>) -> Option<&Map<String, Value>> {
 /// server speaks), or it has no such header but declares a version in `_meta` (a modern client
 /// that forgot the header, which the ladder then refuses). Everything else is a 2025 request.
 pub fn is_modern(headers: &HeaderMap, msg: &Map<String, Value>) -> bool {
-    match headers.get(super::VERSION_HEADER) {
+    match headers.get(&super::VERSION_HEADER) {
         Some(v) => !v.to_str().is_ok_and(|v| LEGACY_PROTOCOL_VERSIONS.contains(&v)),
         None => {
             msg.get("method").and_then(Value::as_str) != Some("initialize")
@@ -139,7 +139,7 @@ pub fn decode_header_value(raw: &[u8]) -> Option<String> {
 
 /// The single value of header `name` (a repeated one is refused: two values cannot both
 /// agree with the body).
-fn single<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a [u8]>, Box<Rejection>> {
+fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a [u8]>, Box<Rejection>> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
@@ -186,7 +186,7 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
             "Invalid params: `_meta.{META_VERSION}` must be a string"
         )));
     };
-    match single(headers, super::VERSION_HEADER)? {
+    match single(headers, &super::VERSION_HEADER)? {
         None => {
             return Err(mismatch(
                 "Header mismatch: MCP-Protocol-Version is required and must equal `_meta` protocolVersion".into(),
@@ -202,7 +202,7 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
         Some(_) => {}
     }
     let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
-    match single(headers, METHOD_HEADER)? {
+    match single(headers, &METHOD_HEADER)? {
         Some(h) if h == method.as_bytes() => {}
         Some(h) => {
             return Err(mismatch(format!(
@@ -221,7 +221,7 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
     if method == "tools/call" {
         let body_name = msg.get("params").and_then(|p| p.get("name")).and_then(Value::as_str);
         if let Some(name) = body_name {
-            match single(headers, NAME_HEADER)? {
+            match single(headers, &NAME_HEADER)? {
                 None => return Err(mismatch("Header mismatch: Mcp-Name is required on tools/call".into())),
                 Some(raw) => match decode_header_value(raw) {
                     None => {

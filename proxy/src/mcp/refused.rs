@@ -179,7 +179,7 @@ pub(super) fn header_refusal(headers: &HeaderMap, limit: u64) -> Option<(Respons
             return Some((r, "not_acceptable"));
         }
     }
-    if let Some(v) = headers.get(VERSION_HEADER) {
+    if let Some(v) = headers.get(&VERSION_HEADER) {
         if !v.to_str().is_ok_and(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(&v)) {
             // The 2026-07-28 answer (400, -32022 naming the versions served), which every era's
             // client understands as "pick another version".

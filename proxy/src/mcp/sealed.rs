@@ -76,6 +76,14 @@ pub fn subject_digest(subject: &str) -> String {
     hex(&Sha256::digest(subject.as_bytes())[..16])
 }
 
+/// The [`subject_digest`] of `anonymous` (the caller when authentication is off), computed once:
+/// an anonymous session is checked on every request.
+pub fn anonymous_digest() -> &'static std::sync::Arc<str> {
+    static ANONYMOUS: std::sync::LazyLock<std::sync::Arc<str>> =
+        std::sync::LazyLock::new(|| subject_digest("anonymous").into());
+    &ANONYMOUS
+}
+
 pub use crate::trace::to_hex as hex;
 
 /// 16 random bytes, hex.

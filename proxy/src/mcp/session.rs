@@ -5,12 +5,15 @@
 //! per `initialize`, ended by `DELETE`, by idling past the TTL, or to make room when the table
 //! is full (one replica only).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::sealed::{subject_digest, Claims, SessionKeys};
+// Ids come from clients: foldhash, seeded per map.
+use foldhash::{HashMap, HashMapExt};
+
+use super::sealed::{anonymous_digest, subject_digest, Claims, SessionKeys};
+use crate::policy::Identity;
 
 /// One client session.
 #[derive(Debug)]
@@ -43,9 +46,9 @@ pub struct Session {
 }
 
 impl Session {
-    /// Whether `subject` (not digested) opened this session.
-    pub fn belongs_to(&self, subject: &str) -> bool {
-        self.subject == subject_digest(subject)
+    /// Whether `who` opened this session.
+    pub fn belongs_to(&self, who: &Identity) -> bool {
+        self.subject == who.subject_digest()
     }
 
     /// Seconds until a sealed session expires (at least 1); `None` for an in-memory one.
@@ -155,7 +158,7 @@ fn from_claims(id: String, c: Claims, version: &'static str) -> Arc<Session> {
         version,
         client_name: c.client_name,
         client_version: c.client_version,
-        anonymous: c.subject == subject_digest("anonymous"),
+        anonymous: *c.subject == **anonymous_digest(),
         subject: c.subject,
         rank: c.rank,
         expires: Some(c.expires),
@@ -372,8 +375,27 @@ mod tests {
         );
         assert_eq!(back.handle, s.handle);
         assert_eq!(s.handle.len(), 32);
-        assert!(back.belongs_to("ops") && !back.belongs_to("other"));
-        assert!(back.remaining().unwrap() <= TTL);
+        // Identities whose digest is computed on demand (a JWT's subject) and known ahead (an
+        // API key's, `anonymous`'s) check the same.
+        let who = |subject: &str, ahead: bool| Identity {
+            subject: subject.into(),
+            digest: ahead.then(|| subject_digest(subject).into()),
+            ..Identity::anonymous(&[])
+        };
+        for ahead in [false, true] {
+            assert!(back.belongs_to(&who("ops", ahead)), "ahead: {ahead}");
+            assert!(!back.belongs_to(&who("other", ahead)) && !back.belongs_to(&who("anonymous", ahead)));
+        }
+        assert!(!back.belongs_to(&Identity::anonymous(&[])));
+        let anon = open(
+            &keys,
+            &seal(&keys, "2025-06-18", None, None, "anonymous", 0, TTL).id,
+            TTL,
+        )
+        .unwrap();
+        assert!(anon.belongs_to(&Identity::anonymous(&[])) && !anon.belongs_to(&who("ops", true)));
+        let here = Sessions::default().create("2025-06-18", None, None, "anonymous", 0, TTL, 10);
+        assert!(here.belongs_to(&Identity::anonymous(&[])) && !here.belongs_to(&who("ops", false)));
         let expired = seal(&keys, "2025-06-18", None, None, "ops", 0, Duration::ZERO);
         assert!(open(&keys, &expired.id, TTL).is_none(), "an expired id does not open");
         assert!(

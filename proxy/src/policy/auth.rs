@@ -239,6 +239,7 @@ impl Authenticator {
             rank: c.rank,
             tools: c.tools.clone(),
             agent: None,
+            digest: Some(c.subject_digest.clone()),
         })
     }
 
@@ -309,6 +310,7 @@ impl Authenticator {
                     rank,
                     tools: None,
                     agent: jwt::agent(&claims),
+                    digest: None,
                 })
             }
         }

@@ -40,6 +40,19 @@ pub fn client_ip<'a>(
     last
 }
 
+/// The address a client is counted under (per-IP rate limit, open connections): IPv4 as is,
+/// also when IPv4-mapped, and IPv6 by its /64, since one host usually has a whole /64 and
+/// counting single addresses would be no limit at all.
+pub fn counting_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.into(),
+            None => std::net::Ipv6Addr::from(v6.to_bits() & !u128::from(u64::MAX)).into(),
+        },
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +91,24 @@ mod tests {
             client_ip(ip("10.0.0.5"), ["garbage, 10.0.0.7"].into_iter(), &trusted),
             ip("10.0.0.7")
         );
+    }
+
+    #[test]
+    fn a_client_counts_by_its_ipv4_address_or_its_ipv6_64() {
+        let key = |s: &str| counting_key(s.parse().unwrap()).to_string();
+        assert_eq!(key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(
+            key("::ffff:192.0.2.7"),
+            "192.0.2.7",
+            "IPv4-mapped counts as the IPv4 address"
+        );
+        assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        assert_eq!(
+            key("2001:db8:1:2::1"),
+            key("2001:db8:1:2:ffff:ffff:ffff:ffff"),
+            "one /64 is one client"
+        );
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"), "another /64 is another");
+        assert_eq!(key("::1"), "::");
     }
 }

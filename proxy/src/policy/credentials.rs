@@ -32,6 +32,9 @@ pub struct Credential {
     pub tools: Option<Arc<Vec<String>>>,
     /// Expiry (Unix seconds).
     pub expires_at: Option<i64>,
+    /// [`crate::mcp::sealed::subject_digest`] of `id`, computed once here rather than on every
+    /// request that checks a session.
+    pub subject_digest: Arc<str>,
 }
 
 /// All credentials, by digest of their secret.
@@ -161,6 +164,7 @@ impl Credentials {
                 }
             };
             let cred = Credential {
+                subject_digest: crate::mcp::sealed::subject_digest(&e.id).into(),
                 id: e.id,
                 role,
                 rank,

@@ -27,6 +27,9 @@ pub struct Identity {
     pub tools: Option<Arc<Vec<String>>>,
     /// The acting agent, when known (JWT `act`/`azp`/`client_id`, or a trusted header).
     pub agent: Option<String>,
+    /// `subject`'s [`Identity::subject_digest`] when known ahead: an API key's is computed when
+    /// the keys load and `anonymous`'s once, so a session is checked without hashing.
+    pub(crate) digest: Option<Arc<str>>,
 }
 
 impl Identity {
@@ -40,6 +43,23 @@ impl Identity {
             rank: 0,
             tools: None,
             agent: None,
+            digest: Some(crate::mcp::sealed::anonymous_digest().clone()),
+        }
+    }
+
+    /// What sessions and the shared store name the subject by
+    /// ([`crate::mcp::sealed::subject_digest`]).
+    pub fn subject_digest(&self) -> std::borrow::Cow<'_, str> {
+        match &self.digest {
+            Some(d) => {
+                debug_assert_eq!(
+                    **d,
+                    crate::mcp::sealed::subject_digest(&self.subject),
+                    "a digest known ahead is the subject's"
+                );
+                std::borrow::Cow::Borrowed(d)
+            }
+            None => std::borrow::Cow::Owned(crate::mcp::sealed::subject_digest(&self.subject)),
         }
     }
 }
@@ -134,6 +154,7 @@ mod tests {
             rank: 0,
             tools: None,
             agent: None,
+            digest: None,
         };
         let admin = Identity {
             rank: 2,
@@ -196,6 +217,7 @@ mod tests {
         let anon = Identity::anonymous(&rw.policy.roles);
         let viewer = Identity {
             subject: "k".into(),
+            digest: None,
             ..anon.clone()
         };
         let operator = Identity {

@@ -3,9 +3,9 @@
 //! when the map is full, then the least recently used: eviction is amortized over a tenth of
 //! the capacity, so a flood of distinct keys can never grow memory past the cap.
 
-use std::collections::hash_map::RandomState;
+use std::borrow::Borrow;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -48,20 +48,25 @@ impl Entry {
     }
 }
 
-/// One limiter (per IP, per identity, or per identity and tool).
-pub struct Limiter {
-    shards: Vec<Mutex<HashMap<String, Entry>>>,
-    hasher: RandomState,
+/// Seeded per map from a per-process random seed: keys come from clients, so the hash must not
+/// be predictable, and foldhash (hashbrown's own default) is about a sixth of SipHash's cost on
+/// a key this short.
+type Hasher = foldhash::fast::RandomState;
+
+/// One limiter (per IP, per identity, or per identity and tool), keyed by `K`.
+pub struct Limiter<K = String> {
+    shards: Vec<Mutex<HashMap<K, Entry, Hasher>>>,
+    hasher: Hasher,
     epoch: Instant,
     max_keys: AtomicU64,
 }
 
-impl Limiter {
+impl<K: Hash + Eq> Limiter<K> {
     /// A limiter tracking at most `max_keys` keys.
     pub fn new(max_keys: usize) -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            hasher: RandomState::new(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::default())).collect(),
+            hasher: Hasher::default(),
             epoch: Instant::now(),
             max_keys: AtomicU64::new(max_keys.max(SHARDS) as u64),
         }
@@ -77,11 +82,19 @@ impl Limiter {
     }
 
     /// Counts one request for `key`; `Err(retry_after)` when it is over `rate`.
-    pub fn check(&self, key: &str, rate: Rate) -> Result<(), Duration> {
+    pub fn check<Q>(&self, key: &Q, rate: Rate) -> Result<(), Duration>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         self.check_at(key, rate, self.now_ns())
     }
 
-    fn check_at(&self, key: &str, rate: Rate, now: u64) -> Result<(), Duration> {
+    fn check_at<Q>(&self, key: &Q, rate: Rate, now: u64) -> Result<(), Duration>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let window = u64::try_from(rate.window.as_nanos()).unwrap_or(u64::MAX);
         let interval = (window / rate.requests.max(1)).max(1);
         let tolerance = window.saturating_sub(interval);
@@ -95,7 +108,7 @@ impl Limiter {
         if map.len() >= cap {
             evict(&mut map, now, cap);
         }
-        map.entry(key.to_string())
+        map.entry(key.to_owned())
             .or_insert(Entry {
                 tat: now,
                 last_seen: now,
@@ -118,7 +131,7 @@ impl Limiter {
 }
 
 /// Drops idle keys (TAT in the past), then the least recently used, down to 90% of `cap`.
-fn evict(map: &mut HashMap<String, Entry>, now: u64, cap: usize) {
+fn evict<K>(map: &mut HashMap<K, Entry, Hasher>, now: u64, cap: usize) {
     map.retain(|_, e| e.tat > now);
     let target = cap - cap / 10 - 1;
     if map.len() > target {

@@ -145,7 +145,7 @@ impl Upstream {
         let uri = Uri::builder()
             .scheme(self.scheme.clone())
             .authority(self.authority.clone())
-            .path_and_query(format!("{}{}", self.prefix, path_and_query))
+            .path_and_query([self.prefix.as_str(), path_and_query].concat())
             .build()
             .map_err(|_| refuse())?;
         if uri.scheme() != Some(&self.scheme) || uri.authority() != Some(&self.authority) {
