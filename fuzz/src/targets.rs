@@ -11,6 +11,7 @@ use toolgate_config::pointer::Pointer;
 use toolgate_config::{schema, Cidr};
 use toolgate_proxy::mcp::{args, peek, sealed};
 use toolgate_proxy::policy::{clientip, credentials::Credentials, jwt};
+use toolgate_proxy::upstream::pick::{self, Pick};
 use toolgate_proxy::upstream::{mapping, shape};
 use toolgate_proxy::{audit, trace::TraceContext, Runtime};
 
@@ -145,16 +146,38 @@ pub fn mapping(data: &[u8]) {
     }
 }
 
-/// Line 1 a pointer, the rest a JSON document: `pick` and `redacted` never panic, and a value
-/// the standard RFC 6901 lookup finds is always redacted.
+/// Line 1 a pointer, the rest a JSON document: `pick` and `redacted` never panic, a value
+/// the standard RFC 6901 lookup finds is always redacted, and a pointer without `*` picks the
+/// same reading the body's text ([`pick::read`]) as from the parsed document.
 pub fn pointer(data: &[u8]) {
     let text = text(data);
-    let (p, doc) = split_line(&text);
+    let (p, body) = split_line(&text);
     let Ok(pointer) = Pointer::parse(p) else { return };
-    let Ok(doc) = serde_json::from_str::<Value>(doc) else {
-        return;
+    let compiled = Pick::new(vec![pointer.clone()]);
+    let read = match &compiled {
+        Pick::Tree(members) => pick::read(body.as_bytes(), members),
+        _ => None,
     };
-    let _ = shape::pick(&doc, std::slice::from_ref(&pointer));
+    let doc = match serde_json::from_str::<Value>(body) {
+        Ok(doc) => doc,
+        Err(e) => {
+            // Members a tool drops are checked as JSON text, not built: only a value no tree
+            // can hold (nesting past serde_json's limit, a number past f64) may be in one.
+            let e = e.to_string();
+            assert!(
+                read.is_none() || e.contains("recursion limit") || e.contains("number out of range"),
+                "text that is not JSON is refused ({e}): {body}"
+            );
+            return;
+        }
+    };
+    let picked = shape::pick(&doc, std::slice::from_ref(&pointer));
+    if let Pick::Tree(members) = &compiled {
+        assert_eq!(read, doc.is_object().then(|| picked.clone()), "{p} of {body}");
+        if doc.is_object() {
+            assert_eq!(pick::pick_value(&doc, members), picked, "{p} of {doc}");
+        }
+    }
     let red = audit::redacted(&doc, std::slice::from_ref(&pointer));
     let _ = args::field_of(&doc, p);
     if pointer.tokens.iter().all(Option::is_some) && doc.pointer(p).is_some() {

@@ -15,6 +15,7 @@ use toolgate_config::{BodyMapping, BodyMode, ProxyConfig, Safety, StatusMapping,
 use crate::envelope;
 use crate::policy::auth::{read_ref, Authenticator};
 use crate::policy::ratelimit::Rate;
+use crate::upstream::pick::Pick;
 use crate::upstream::{Upstream, UpstreamError};
 
 /// A config that cannot be served.
@@ -78,9 +79,9 @@ pub struct CompiledTool {
     /// Upstream timeout for one call.
     pub timeout: Duration,
     /// `response.pick`.
-    pub pick: Vec<Pointer>,
+    pub pick: Pick,
     /// `response.errorPick`.
-    pub error_pick: Vec<Pointer>,
+    pub error_pick: Pick,
     /// `response.redact`.
     pub redact: Vec<Pointer>,
     /// `response.evidence`.
@@ -501,8 +502,8 @@ fn compile_tool(
         headers,
         body,
         timeout: Duration::from_millis(t.http.timeout_ms.unwrap_or(default_timeout_ms)),
-        pick: pointers(&response.pick)?,
-        error_pick: pointers(&response.error_pick)?,
+        pick: Pick::new(pointers(&response.pick)?),
+        error_pick: Pick::new(pointers(&response.error_pick)?),
         redact: pointers(&response.redact)?,
         evidence: response
             .evidence

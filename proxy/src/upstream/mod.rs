@@ -2,6 +2,7 @@
 //! the HTTP response into a business outcome.
 
 pub mod mapping;
+pub mod pick;
 mod pool;
 pub mod shape;
 

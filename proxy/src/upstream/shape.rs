@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use toolgate_config::pointer::Pointer;
 use toolgate_config::{BusinessStatus, StatusMapping};
 
+use super::pick::Pick;
 use crate::envelope::{ErrorEntry, Outcome};
 use crate::runtime::CompiledTool;
 use crate::upstream::{CallError, UpstreamResponse};
@@ -171,6 +172,25 @@ fn is_json(resp: &UpstreamResponse) -> bool {
         .unwrap_or(true)
 }
 
+/// The data of a response body with `allow` applied. A pick tree reads the members it keeps
+/// straight from the body ([`super::pick::read`]); a body that is not an object, not JSON or
+/// empty takes the general path, which says which.
+fn picked_body(resp: &UpstreamResponse, allow: &Pick) -> Result<Value, ()> {
+    if let Pick::Tree(members) = allow {
+        if is_json(resp) {
+            if let Some(v) = super::pick::read(&resp.body, members) {
+                return Ok(v);
+            }
+        }
+    }
+    let body = parse_body(resp)?;
+    Ok(match allow {
+        Pick::All => body,
+        Pick::Tree(members) => super::pick::pick_value(&body, members),
+        Pick::Pointers(pointers) => pick(&body, pointers),
+    })
+}
+
 fn parse_body(resp: &UpstreamResponse) -> Result<Value, ()> {
     if resp.body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Object(Map::new()));
@@ -205,7 +225,7 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
     let ok_status = matches!(status, BusinessStatus::Success | BusinessStatus::Queued);
 
     if ok_status {
-        let Ok(body) = parse_body(resp) else {
+        let Ok(mut data) = picked_body(resp, &tool.pick) else {
             outcome.status = BusinessStatus::Failed;
             outcome.next_question = None;
             outcome.errors.push(ErrorEntry::new(
@@ -215,11 +235,6 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
                 false,
             ));
             return outcome;
-        };
-        let mut data = if tool.pick.is_empty() {
-            body
-        } else {
-            pick(&body, &tool.pick)
         };
         for p in &tool.redact {
             redact(&mut data, &p.tokens);
@@ -291,9 +306,8 @@ pub fn response(tool: &CompiledTool, resp: &UpstreamResponse) -> Outcome {
     // status keeps its (picked, redacted) body too. 5xx bodies are internals: dropped.
     let success_class = (200..300).contains(&code);
     if success_class || (400..500).contains(&code) {
-        if let Ok(body) = parse_body(resp) {
-            let allow = if success_class { &tool.pick } else { &tool.error_pick };
-            let mut body = if allow.is_empty() { body } else { pick(&body, allow) };
+        let allow = if success_class { &tool.pick } else { &tool.error_pick };
+        if let Ok(mut body) = picked_body(resp, allow) {
             if body.as_object().is_some_and(|o| !o.is_empty()) {
                 for p in &tool.redact {
                     redact(&mut body, &p.tokens);
@@ -381,18 +395,20 @@ fn copy_at(src: &Value, tokens: &[Option<String>], dst: &mut Value) {
 }
 
 fn copy_member(key: &str, src: &Value, rest: &[Option<String>], dst: &mut Value) {
-    if !dst.is_object() {
-        *dst = Value::Object(Map::new());
-    }
+    // Anything but an object here is a value an earlier pointer kept whole (or an array a `*`
+    // filled): a later pointer into it changes nothing.
     if let Value::Object(out) = dst {
-        let slot = out.entry(key.to_string()).or_insert(Value::Null);
-        if slot.is_null() && !rest.is_empty() {
-            *slot = if src.is_array() && rest.first().is_some_and(Option::is_none) {
+        // A member a pointer goes through starts as the container the rest fills; one an
+        // earlier pointer kept whole (even a null) stays as it is.
+        let slot = out.entry(key.to_string()).or_insert_with(|| {
+            if rest.is_empty() {
+                Value::Null
+            } else if src.is_array() && rest.first().is_some_and(Option::is_none) {
                 Value::Array(vec![])
             } else {
                 Value::Object(Map::new())
-            };
-        }
+            }
+        });
         copy_at(src, rest, slot);
     }
 }
@@ -608,5 +624,38 @@ mod tests {
         rt_tool_resp.content_type = None;
         let o = response(rt.tool("t").unwrap(), &rt_tool_resp);
         assert_eq!(o.data, Some(json!({"items": [1, 2]})));
+    }
+
+    #[test]
+    fn a_pick_without_wildcards_reads_the_body_into_the_kept_members() {
+        let rt = runtime("{pick: [/id, /items/0, /nested/x]}");
+        let t = rt.tool("t").unwrap();
+        assert!(matches!(t.pick, Pick::Tree(_)));
+        let o = response(
+            t,
+            &resp(200, r#"{"secret":{"deep":[1e400]},"nested":{"x":1,"y":2},"id":"7"}"#),
+        );
+        assert_eq!(o.status, BusinessStatus::Success, "{:?}", o.errors);
+        assert_eq!(
+            o.data,
+            Some(json!({"id": "7", "nested": {"x": 1}})),
+            "in pointer order; a dropped member is checked as JSON text only"
+        );
+        // Not an object at the top: wrapped first (`items`), then picked, as before.
+        let o = response(t, &resp(200, r#"[{"a":1},{"b":2}]"#));
+        assert_eq!(o.data, Some(json!({"items": {"0": {"a": 1}}})));
+        let o = response(t, &resp(200, r#"{"id":"7","extra":tru}"#));
+        assert_eq!(
+            o.errors[0].code, "upstream_invalid_response",
+            "a broken dropped member is refused"
+        );
+        let mut plain = resp(200, r#"{"id":"7"}"#);
+        plain.content_type = Some(HeaderValue::from_static("text/plain"));
+        assert_eq!(response(t, &plain).errors[0].code, "upstream_invalid_response");
+        assert_eq!(
+            response(t, &resp(200, " ")).data,
+            Some(json!({})),
+            "an empty body is no data"
+        );
     }
 }
