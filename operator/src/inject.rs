@@ -65,7 +65,15 @@ pub fn proxy_container(server: &McpServer, mounts: &[SecretMount], defaults: &Pr
     let spec = &server.spec;
     let name = server.metadata.name.as_deref().unwrap_or_default();
     let ns = server.metadata.namespace.as_deref().unwrap_or("default");
-    let mut env = Vec::new();
+    // The runtime's worker threads: the CPU request in whole cores, rounded up (the Downward
+    // API rounds up with divisor 1), so the default 50m request runs one worker (a
+    // current-thread runtime: no cross-thread wakeups, 15 µs less CPU per call at
+    // concurrency 1 on the dev machine) rather than one per CPU of the node. Without a request
+    // the value is 0 and the proxy uses the CPUs it may use.
+    let mut env = vec![json!({
+        "name": "TOOLGATE_WORKER_THREADS",
+        "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}
+    })];
     let telemetry = spec.telemetry.clone().unwrap_or_default();
     if let Some(level) = &telemetry.log_level {
         env.push(json!({"name": "TOOLGATE_LOG", "value": level}));
@@ -257,6 +265,10 @@ mod tests {
         assert_eq!(
             c["env"],
             json!([
+                {
+                    "name": "TOOLGATE_WORKER_THREADS",
+                    "valueFrom": {"resourceFieldRef": {"resource": "requests.cpu", "divisor": "1"}}
+                },
                 {"name": "TOOLGATE_LOG", "value": "debug"},
                 {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4318"},
                 {"name": "OTEL_SERVICE_NAME", "value": "shop.demo"}

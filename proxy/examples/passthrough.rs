@@ -4,7 +4,8 @@
 //! them. Each POST is read whole and answered with the body of `GET {UPSTREAM}{PATH}`: no
 //! JSON-RPC, no validation, mapping, shaping or envelope, no metrics. What the proxy costs over
 //! this is what its MCP work costs; what this costs over the direct request is the price of a
-//! second HTTP exchange on this machine.
+//! second HTTP exchange on this machine. It runs on the proxy's runtime
+//! (`toolgate_proxy::server::tokio_runtime`), so `TOOLGATE_WORKER_THREADS` sets both.
 //!
 //!   cargo run --release -p toolgate-proxy --example passthrough -- 127.0.0.1:9000 http://127.0.0.1:8080 /customers/42
 
@@ -22,8 +23,12 @@ use toolgate_proxy::upstream::Upstream;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // The proxy's runtime too (TOOLGATE_WORKER_THREADS, current-thread with one worker).
+    toolgate_proxy::server::tokio_runtime()?.block_on(serve())
+}
+
+async fn serve() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let (Some(listen), Some(base), Some(path)) = (args.next(), args.next(), args.next()) else {
         anyhow::bail!("usage: passthrough LISTEN UPSTREAM_BASE_URL PATH");

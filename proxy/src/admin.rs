@@ -42,13 +42,21 @@ pub enum Listener {
     Metrics,
 }
 
-fn metrics(shared: &Shared) -> Response<Body> {
+/// A scrape. Rendered off the workers: with a thousand called tools it is megabytes of text, and
+/// a proxy with one worker would stop answering calls while it is written.
+async fn metrics(shared: &Shared) -> Response<Body> {
     let m = &crate::metrics::METRICS;
     m.sessions_active
         .set(i64::try_from(shared.sessions.len()).unwrap_or(i64::MAX));
     m.upstream_in_flight
         .set(i64::try_from(shared.in_flight.count()).unwrap_or(i64::MAX));
-    text(StatusCode::OK, toolgate_telemetry::METRICS_CONTENT_TYPE, m.render())
+    match tokio::task::spawn_blocking(|| crate::metrics::METRICS.render()).await {
+        Ok(body) => text(StatusCode::OK, toolgate_telemetry::METRICS_CONTENT_TYPE, body),
+        Err(_) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"error": "the metrics could not be rendered"}),
+        ),
+    }
 }
 
 /// Whether `headers` carry the admin token (`Authorization: Bearer <token>`).
@@ -67,7 +75,7 @@ where
 {
     if listener == Listener::Metrics {
         return match req.uri().path() {
-            "/metrics" => metrics(&shared),
+            "/metrics" => metrics(&shared).await,
             _ => reply(
                 StatusCode::NOT_FOUND,
                 json!({"error": "not found", "endpoints": ["/metrics"]}),
@@ -75,7 +83,7 @@ where
         };
     }
     match req.uri().path() {
-        "/metrics" if listener == (Listener::Admin { metrics: true }) => metrics(&shared),
+        "/metrics" if listener == (Listener::Admin { metrics: true }) => metrics(&shared).await,
         "/loglevel" if req.method() == Method::PUT => {
             // Changing the log level is an operator action. Coming from loopback proves nothing
             // in a pod (every container shares it), so the request must carry the admin token.

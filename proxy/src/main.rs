@@ -208,16 +208,7 @@ fn serve(args: &[String]) -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // TOOLGATE_WORKER_THREADS pins the worker count (default: the CPUs this process may use).
-    if let Some(n) = std::env::var("TOOLGATE_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
-    {
-        builder.worker_threads(n);
-    }
-    let rt = match builder.enable_all().build() {
+    let rt = match toolgate_proxy::server::tokio_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("toolgate-proxy: cannot start the runtime: {e}");

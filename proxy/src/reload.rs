@@ -158,8 +158,14 @@ pub async fn watch(
             continue;
         }
         last = Some(attempt);
-        let text = String::from_utf8_lossy(&bytes);
-        match apply(&shared, &text, refs_changed) {
+        // Parsing and compiling a large config takes tens of milliseconds: off the workers,
+        // so that a proxy with one worker keeps answering calls meanwhile.
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let applying = shared.clone();
+        let applied = tokio::task::spawn_blocking(move || apply(&applying, &text, refs_changed))
+            .await
+            .unwrap_or_else(|e| Reloaded::Refused(format!("the reload stopped: {e}")));
+        match applied {
             Reloaded::Refused(e) => {
                 crate::metrics::METRICS
                     .config_reloads

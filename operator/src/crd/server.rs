@@ -105,7 +105,8 @@ pub struct McpServerSpec {
     /// Image pull policy of the proxy container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<String>,
-    /// Resources of the proxy container; default requests 50m CPU and 32Mi, limit 128Mi.
+    /// Resources of the proxy container; default requests 50m CPU and 32Mi, limit 128Mi. The
+    /// CPU request, rounded up to whole cores, sets the proxy's worker threads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Gateway mode: replicas of the gateway Deployment (default 2).

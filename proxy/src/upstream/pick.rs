@@ -114,14 +114,14 @@ pub fn pick_value(src: &Value, members: &[(Box<str>, Node)]) -> Value {
         Value::Object(m) => {
             for (k, node) in members {
                 if let Some(v) = m.get(&**k) {
-                    out.insert(k.to_string(), keep(v, node));
+                    out.insert(String::from(&**k), keep(v, node));
                 }
             }
         }
         Value::Array(items) => {
             for (k, node) in members {
                 if let Some(v) = k.parse::<usize>().ok().and_then(|i| items.get(i)) {
-                    out.insert(k.to_string(), keep(v, node));
+                    out.insert(String::from(&**k), keep(v, node));
                 }
             }
         }
@@ -195,7 +195,7 @@ impl<'de> Visitor<'de> for Level<'_> {
         let mut out = Map::with_capacity(kept.iter().flatten().count());
         for ((k, _), v) in self.members.iter().zip(kept) {
             if let Some(v) = v {
-                out.insert(k.to_string(), v);
+                out.insert(String::from(&**k), v);
             }
         }
         Ok(Value::Object(out))
