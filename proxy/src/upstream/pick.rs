@@ -2,8 +2,10 @@
 //! plain members: `/id`, `/customer/name`) are merged into one tree, and a response body is
 //! read straight into the members the tree keeps: the members a tool drops are skipped as
 //! they are parsed, never built as values, hashed into a map, copied out and freed. They are
-//! still checked to be well-formed JSON text; only what no value can hold (nesting deeper than
-//! 128, a number beyond a double) no longer fails a call when it is in a member the tool drops.
+//! still checked to be well-formed JSON text (syntax, UTF-8, no control characters in strings);
+//! only what no value can hold (nesting deeper than 128, a number beyond a double, an unpaired
+//! surrogate escape such as `\udc00`) no longer fails a call when it is in a member the tool
+//! drops.
 //! Pointers with a `*` keep the general path: parse the body, then copy pointer by pointer
 //! ([`super::shape::pick`]).
 //!
@@ -134,7 +136,9 @@ pub fn pick_value(src: &Value, members: &[(Box<str>, Node)]) -> Value {
 /// when `body` is not a JSON object (an array or a scalar at the top is wrapped before it is
 /// picked, and invalid JSON is refused: the general path decides both).
 pub fn read(body: &[u8], members: &[(Box<str>, Node)]) -> Option<Value> {
-    let mut de = serde_json::Deserializer::from_slice(body);
+    // JSON text is UTF-8 (RFC 8259): checked whole, since skipping a member does not check it.
+    let text = std::str::from_utf8(body).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let v = Level { members, top: true }.deserialize(&mut de).ok()?;
     de.end().ok()?;
     Some(v)
@@ -323,6 +327,17 @@ mod tests {
                 String::from_utf8_lossy(not_an_object)
             );
         }
+        assert_eq!(read(b"{\"x\":\"\xff\",\"id\":1}", members(&t)), None, "not UTF-8");
+        assert_eq!(
+            read(b"{\"x\":\"a\nb\",\"id\":1}", members(&t)),
+            None,
+            "a raw control character"
+        );
+        assert_eq!(
+            read(br#"{"x":"\udc00","deep":[[[1e400]]],"id":1}"#, members(&t)),
+            Some(json!({"id": 1})),
+            "what no value can hold, in a dropped member, is not built and so not refused"
+        );
         // Escaped member names are compared unescaped, as pointers are.
         assert_eq!(
             read(br#"{"a\/b":1,"\u00e9":2}"#, members(&tree(&["/a~1b", "/é"]))),

@@ -361,15 +361,21 @@ fn copy_at(src: &Value, tokens: &[Option<String>], dst: &mut Value) {
     };
     match (first, src) {
         (None, Value::Array(items)) => {
+            // New elements start as the container the rest fills; an element an earlier
+            // pointer kept whole (even a null) stays as it is.
+            let fresh = || {
+                if rest.is_empty() {
+                    Value::Null
+                } else {
+                    Value::Object(Map::new())
+                }
+            };
             if !dst.is_array() {
-                *dst = Value::Array(vec![Value::Null; items.len()]);
+                *dst = Value::Array(items.iter().map(|_| fresh()).collect());
             }
             if let Value::Array(out) = dst {
-                out.resize(items.len(), Value::Null);
+                out.resize_with(items.len(), fresh);
                 for (s, d) in items.iter().zip(out.iter_mut()) {
-                    if d.is_null() && !rest.is_empty() {
-                        *d = Value::Object(Map::new());
-                    }
                     copy_at(s, rest, d);
                 }
             }
@@ -385,9 +391,18 @@ fn copy_at(src: &Value, tokens: &[Option<String>], dst: &mut Value) {
             }
         }
         (Some(key), Value::Array(items)) => {
-            if let Some(s) = key.parse::<usize>().ok().and_then(|i| items.get(i)) {
+            let Some(i) = key.parse::<usize>().ok().filter(|i| *i < items.len()) else {
+                return;
+            };
+            match dst {
+                // The array a `*` (or a whole copy) made: the element is picked in place.
+                Value::Array(out) => {
+                    if let Some(d) = out.get_mut(i) {
+                        copy_at(&items[i], rest, d);
+                    }
+                }
                 // An indexed pick keeps the element under its index as an object key.
-                copy_member(key, s, rest, dst);
+                _ => copy_member(key, &items[i], rest, dst),
             }
         }
         _ => {}
@@ -503,6 +518,21 @@ mod tests {
             pick(&src, &ptrs(&["/id", "/items/*/a", "/nested/x", "/missing"])),
             json!({"id": "1", "items": [{"a": 1}, {"a": 3}], "nested": {"x": 1}})
         );
+    }
+
+    #[test]
+    fn a_wildcard_and_an_index_pick_into_the_same_elements_and_whole_values_stay_whole() {
+        let src = json!({"items": [{"id": 1, "name": "a", "x": 0}, {"id": 2, "name": "b"}], "a": [null, {"x": 1}]});
+        assert_eq!(
+            pick(&src, &ptrs(&["/items/*/id", "/items/0/name"])),
+            json!({"items": [{"id": 1, "name": "a"}, {"id": 2}]})
+        );
+        assert_eq!(
+            pick(&src, &ptrs(&["/a", "/a/*/x"])),
+            json!({"a": [null, {"x": 1}]}),
+            "a null element kept whole is not turned into an object"
+        );
+        assert_eq!(pick(&src, &ptrs(&["/a/*/x"])), json!({"a": [{}, {"x": 1}]}));
     }
 
     #[test]
