@@ -147,24 +147,32 @@ pub async fn watch(
                 continue;
             }
         };
-        // Files the served config references (credentials, JWKS, upstream credential), compared
-        // with what the served generation was compiled from.
-        let served = shared.runtime.load_full();
-        let refs = crate::runtime::fingerprint(&served.files);
-        let refs_changed = refs != served.files_fingerprint;
+        // Hashing the file, reading the files it references and compiling a changed config all
+        // run off the workers (a large config compiles in tens of milliseconds), so that a proxy
+        // with one worker keeps answering calls meanwhile.
+        let checking = shared.clone();
+        let Ok((attempt, refs_changed, bytes)) = tokio::task::spawn_blocking(move || {
+            // Files the served config references (credentials, JWKS, upstream credential),
+            // compared with what the served generation was compiled from.
+            let served = checking.runtime.load_full();
+            let refs = crate::runtime::fingerprint(&served.files);
+            let refs_changed = refs != served.files_fingerprint;
+            ((<[u8; 32]>::from(Sha256::digest(&bytes)), refs), refs_changed, bytes)
+        })
+        .await
+        else {
+            continue;
+        };
         // Do not retry a refused attempt until something changes again.
-        let attempt = (Sha256::digest(&bytes).into(), refs);
         if last.as_ref() == Some(&attempt) {
             continue;
         }
         last = Some(attempt);
-        // Parsing and compiling a large config takes tens of milliseconds: off the workers,
-        // so that a proxy with one worker keeps answering calls meanwhile.
-        let text = String::from_utf8_lossy(&bytes).into_owned();
         let applying = shared.clone();
-        let applied = tokio::task::spawn_blocking(move || apply(&applying, &text, refs_changed))
-            .await
-            .unwrap_or_else(|e| Reloaded::Refused(format!("the reload stopped: {e}")));
+        let applied =
+            tokio::task::spawn_blocking(move || apply(&applying, &String::from_utf8_lossy(&bytes), refs_changed))
+                .await
+                .unwrap_or_else(|e| Reloaded::Refused(format!("the reload stopped: {e}")));
         match applied {
             Reloaded::Refused(e) => {
                 crate::metrics::METRICS

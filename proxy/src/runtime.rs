@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-// Looked up on every call (tool names come from clients): foldhash, seeded per map.
+// Keys the config chose (tool names, status codes), looked up on every call: foldhash.
 use foldhash::{HashMap, HashMapExt};
 use serde_json::{json, Value};
 use toolgate_config::pointer::Pointer;

@@ -16,8 +16,9 @@ pub struct Cancels {
 }
 
 /// (session handle, JSON-RPC id as JSON text) -> (registration token, cancel signal).
-/// Keys come from clients: a seeded hasher ([`foldhash`], as for the rate limiters).
-type CancelMap = foldhash::HashMap<(String, String), (u64, tokio::sync::oneshot::Sender<()>)>;
+/// The JSON-RPC ids in the keys are the clients' choice: SipHash (std's default), not the
+/// foldhash of the maps keyed by what the proxy or its config chose.
+type CancelMap = std::collections::HashMap<(String, String), (u64, tokio::sync::oneshot::Sender<()>)>;
 
 /// Removes its entry from [`Cancels`] when the call ends, however it ends.
 pub struct CancelEntry<'a> {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-// Ids come from clients: foldhash, seeded per map.
+// Keys are the random ids this proxy issued (clients only look them up): foldhash.
 use foldhash::{HashMap, HashMapExt};
 
 use super::sealed::{anonymous_digest, subject_digest, Claims, SessionKeys};

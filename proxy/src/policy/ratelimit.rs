@@ -48,10 +48,10 @@ impl Entry {
     }
 }
 
-/// Seeded per map from a per-process random seed: keys come from clients, so the hash must not
-/// be predictable, and foldhash (hashbrown's own default) is about a sixth of SipHash's cost on
-/// a key this short.
-type Hasher = foldhash::fast::RandomState;
+/// SipHash, keyed per map: limiter keys come from the network (a client's address before any
+/// authentication), and foldhash, faster, makes no claim against an attacker who probes for
+/// collisions.
+type Hasher = std::collections::hash_map::RandomState;
 
 /// One limiter (per IP, per identity, or per identity and tool), keyed by `K`.
 pub struct Limiter<K = String> {
