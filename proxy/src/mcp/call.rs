@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
+use toolgate_config::schema::LazyValidator;
 use toolgate_config::Tier;
 
 use super::admit::Verdict;
@@ -394,6 +395,7 @@ pub(crate) async fn tools_call(
     // completes and its audit record says how it went (never "cancelled" for a call that ran).
     let rt_call = Arc::clone(rt);
     let guard = shared.in_flight.enter();
+    let compile_slots = Arc::clone(&shared.compile_slots);
     let trace = caller.trace;
     // Formatted only if the call fails (the log line names it).
     let rpc_id = id.clone();
@@ -443,6 +445,13 @@ pub(crate) async fn tools_call(
             .upstream_duration
             .with_label_values(&[tool.config.name.as_str(), code])
             .observe(sent.elapsed().as_secs_f64());
+        // The first answer checked against the tool's `outputSchema` compiles it off the
+        // worker too. Only if that cannot end in time (a compile slot stuck) does the check
+        // below compile it in place: the answer of a call that ran is never dropped for it.
+        if let (Ok(_), Some(output)) = (&result, &tool.output) {
+            let deadline = tokio::time::Instant::now() + VALIDATION_DEADLINE;
+            let _ = compile_off_worker(&compile_slots, output, deadline).await;
+        }
         let outcome = match result {
             Ok(resp) => shape::response(tool, &resp),
             Err(e) => {
@@ -478,6 +487,13 @@ pub const VALIDATION_DEADLINE: std::time::Duration = std::time::Duration::from_s
 /// Validations off the workers at once, at most (each holds a copy of its arguments).
 pub const MAX_VALIDATION_SLOTS: usize = 4;
 
+/// Validation slots (and compile slots): one per CPU, at most [`MAX_VALIDATION_SLOTS`].
+pub(crate) fn validation_slots() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_VALIDATION_SLOTS)
+}
+
 /// Validates the arguments of `rt.tools[index]` within [`VALIDATION_DEADLINE`]; `None` when it
 /// did not finish in time (the validation still runs to its end on its blocking thread and holds
 /// its slot until then, so at most [`MAX_VALIDATION_SLOTS`] such threads exist).
@@ -490,10 +506,16 @@ async fn validate_bounded(
 ) -> Option<Vec<ErrorEntry>> {
     let tool = &rt.tools[index];
     let small = body_bytes <= INLINE_VALIDATION_BYTES;
-    if small && !tool.input_has_refs {
+    let deadline = tokio::time::Instant::now() + VALIDATION_DEADLINE;
+    // A tool's first call compiles its schema on the blocking pool: no worker compiles a
+    // schema, or waits there for another thread compiling the same one (a one-worker sidecar
+    // would stall every other call meanwhile).
+    compile_off_worker(&shared.compile_slots, &tool.input, deadline).await?;
+    // In place only with the schema compiled (a compile that failed is tried again, and
+    // reported, on the pool).
+    if small && !tool.input_has_refs && tool.input.is_compiled() {
         return Some(super::args::validate(&tool.input, args, true));
     }
-    let deadline = tokio::time::Instant::now() + VALIDATION_DEADLINE;
     let slot = Arc::clone(&shared.validation_slots);
     let permit = tokio::time::timeout_at(deadline, slot.acquire_owned())
         .await
@@ -505,6 +527,31 @@ async fn validate_bounded(
         super::args::validate(&rt.tools[index].input, &args, small)
     });
     tokio::time::timeout_at(deadline, task).await.ok()?.ok()
+}
+
+/// Compiles `validator` on the blocking pool, in a compile slot, unless it is compiled already;
+/// `None` when that did not end by `deadline` (the compile still runs to its end on its
+/// thread). Concurrent first calls of a tool wait in their own threads for one compile.
+async fn compile_off_worker(
+    slots: &Arc<tokio::sync::Semaphore>,
+    validator: &Arc<LazyValidator>,
+    deadline: tokio::time::Instant,
+) -> Option<()> {
+    if validator.is_compiled() {
+        return Some(());
+    }
+    let permit = tokio::time::timeout_at(deadline, Arc::clone(slots).acquire_owned())
+        .await
+        .ok()?
+        .ok()?;
+    let validator = Arc::clone(validator);
+    let compile = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let _ = validator.get();
+    });
+    // A compile that panicked leaves the validator uncompiled: the caller finds it so.
+    let _ = tokio::time::timeout_at(deadline, compile).await.ok()?;
+    Some(())
 }
 
 /// A future that is driven in place, and if it is dropped before it finished (the client went
@@ -605,6 +652,12 @@ mod tests {
         assert_eq!(
             validate_bounded(&shared, &rt, 0, &args, 10).await,
             Some(vec![]),
+            "small: compiled on the pool (a first call)"
+        );
+        assert!(rt.tools[0].input.is_compiled());
+        assert_eq!(
+            validate_bounded(&shared, &rt, 0, &args, 10).await,
+            Some(vec![]),
             "small: in place"
         );
         assert_eq!(
@@ -623,5 +676,47 @@ mod tests {
             waited >= VALIDATION_DEADLINE && waited < VALIDATION_DEADLINE * 2,
             "{waited:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_first_call_compiles_its_schema_off_the_worker() {
+        let config = toolgate_config::parse_yaml(
+            "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nupstream: {baseUrl: 'http://127.0.0.1:1'}\npolicy: {audit: {enabled: false}}\ntools:\n  - {name: t, inputSchema: {type: object, properties: {a: {type: string}, b: {type: integer}}}, http: {method: GET, path: /}}\n",
+        )
+        .unwrap();
+        let shared = Shared::new(Runtime::compile(config, 1).unwrap());
+        let rt = shared.runtime.load_full();
+        let args = json!({"a": 1, "b": "x"});
+        assert!(!rt.tools[0].input.is_compiled(), "loading keeps the schema as text");
+        // Every compile slot busy: a small first call does not compile the schema in place, it
+        // waits for a slot.
+        let slots = Arc::clone(&shared.compile_slots);
+        let n = u32::try_from(slots.available_permits()).unwrap();
+        let held = Arc::clone(&slots).acquire_many_owned(n).await.unwrap();
+        let waiting = tokio::time::timeout(
+            std::time::Duration::from_millis(50),
+            validate_bounded(&shared, &rt, 0, &args, 10),
+        )
+        .await;
+        assert!(waiting.is_err(), "a first call waits for a slot: {waiting:?}");
+        assert!(!rt.tools[0].input.is_compiled());
+        drop(held);
+        // With a slot it compiles on the pool and still lists every violation of a small call.
+        let problems = validate_bounded(&shared, &rt, 0, &args, 10).await.unwrap();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(rt.tools[0].input.is_compiled());
+        // Compiled: later small calls validate in place, needing no slot of either kind.
+        let _held = slots.acquire_many_owned(n).await.unwrap();
+        let validation = Arc::clone(&shared.validation_slots);
+        let v = u32::try_from(validation.available_permits()).unwrap();
+        let _held_too = validation.acquire_many_owned(v).await.unwrap();
+        let problems = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            validate_bounded(&shared, &rt, 0, &args, 10),
+        )
+        .await
+        .expect("in place, no slot needed")
+        .unwrap();
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 }

@@ -105,6 +105,10 @@ pub struct Shared {
     /// Slots for validating large argument objects off the runtime's workers (one per CPU, at
     /// most [`call::MAX_VALIDATION_SLOTS`]).
     pub validation_slots: Arc<tokio::sync::Semaphore>,
+    /// Slots for compiling a tool's schemas on its first call, off the runtime's workers (as
+    /// many as validation slots, apart from them: a compile, bounded work on a schema the config
+    /// holds, never waits behind a client's large validation).
+    pub compile_slots: Arc<tokio::sync::Semaphore>,
     /// Open `subscriptions/listen` streams, woken by reloads and ended on drain.
     pub subscriptions: subscriptions::Subscriptions,
     /// 2025-era read calls in flight that `notifications/cancelled` may abort.
@@ -184,11 +188,8 @@ impl Shared {
             },
             auditor: ArcSwap::from_pointee(auditor),
             in_flight: Arc::default(),
-            validation_slots: Arc::new(tokio::sync::Semaphore::new(
-                std::thread::available_parallelism()
-                    .map_or(1, usize::from)
-                    .min(call::MAX_VALIDATION_SLOTS),
-            )),
+            validation_slots: Arc::new(tokio::sync::Semaphore::new(call::validation_slots())),
+            compile_slots: Arc::new(tokio::sync::Semaphore::new(call::validation_slots())),
             subscriptions: subscriptions::Subscriptions::default(),
             cancels: cancel::Cancels::default(),
         };
