@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::DeleteParams;
 use kube::{Api, Client};
 use serde_json::json;
-use toolgate_operator::crd::McpTool;
+use toolgate_operator::crd::{McpServer, McpTool};
 
 /// The McpTool list of a namespace with this many tools takes three pages, so a restarted
 /// operator that reconciled before its caches were complete would render a part of them.
@@ -83,7 +83,14 @@ async fn a_restarted_operator_converges_and_then_writes_nothing() {
     for i in 0..5 {
         let _: McpTool = apply(&c, &ns, tool(&format!("tool-{i}"), &format!("tool_{i}"), json!({}))).await;
     }
-    apply_shop_server(&c, &ns).await;
+    // Resources not in the API server's canonical form (it stores `0.5` as `500m`): a converged
+    // resync still finds the sidecar unchanged.
+    let spec = json!({
+        "workloadRef": {"name": "shop"},
+        "upstream": {"port": 8080},
+        "resources": {"requests": {"cpu": "0.5", "memory": "0.03125Gi"}, "limits": {"memory": "134217728"}}
+    });
+    let _: McpServer = apply(&c, &ns, server("shop", spec)).await;
     let mut first = Operator::start(&ns, "toolgate", &[]);
     eventually("a first ConfigMap", WAIT, || async {
         config_text(&c, &ns, "shop").await
@@ -119,6 +126,8 @@ async fn a_restarted_operator_converges_and_then_writes_nothing() {
         })
         .await;
     }
+    // What the second operator did last, for the message should the third still find work.
+    let second_logs = second.logs();
     drop(second);
 
     // A third start on a converged namespace: every reconcile is a no-op.
@@ -137,9 +146,10 @@ async fn a_restarted_operator_converges_and_then_writes_nothing() {
     assert_eq!(
         writes,
         0.0,
-        "a converged resync must write nothing: {:?}\n{}",
+        "a converged resync must write nothing: {:?}\nthe third operator's log:\n{}\nthe second's:\n{}",
         third.metrics(),
-        third.logs()
+        third.logs(),
+        second_logs
     );
     // Every reconcile read the watch caches: not one object was read on its own.
     let reads = third.total("toolgate_operator_api_reads_total");

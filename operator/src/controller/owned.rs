@@ -12,17 +12,84 @@ use crate::crd::McpServer;
 use crate::inject::{applied_hash, HASH_ANNOTATION};
 
 /// Whether every field of `doc` holds the same value in `live` (lists item by item, same
-/// length). Fields the API server adds (defaults, status) are ignored.
+/// length). Fields the API server adds (defaults, status) are ignored, and so is the API
+/// server's rewriting of a quantity in `requests`, `limits` or `sizeLimit` into its canonical
+/// form (`cpu: "0.5"` comes back as `500m`): else a server whose resources were not written in
+/// that form would have its workload written again on every resync.
 pub(super) fn is_subset(doc: &Value, live: &Value) -> bool {
+    subset(doc, live, false)
+}
+
+/// Keys whose values the API server stores as canonical quantities.
+const QUANTITY_KEYS: [&str; 3] = ["requests", "limits", "sizeLimit"];
+
+fn subset(doc: &Value, live: &Value, quantities: bool) -> bool {
     match (doc, live) {
         // The API server drops empty lists and maps.
         (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, v)| match l.get(k) {
-            Some(lv) => is_subset(v, lv),
+            Some(lv) => subset(v, lv, quantities || QUANTITY_KEYS.contains(&k.as_str())),
             None => v.as_array().is_some_and(Vec::is_empty) || v.as_object().is_some_and(|o| o.is_empty()),
         }),
-        (Value::Array(d), Value::Array(l)) => d.len() == l.len() && d.iter().zip(l).all(|(a, b)| is_subset(a, b)),
+        (Value::Array(d), Value::Array(l)) => {
+            d.len() == l.len() && d.iter().zip(l).all(|(a, b)| subset(a, b, quantities))
+        }
+        (Value::String(d), Value::String(l)) if quantities && d != l => {
+            quantity_nanos(d).is_some_and(|a| quantity_nanos(l) == Some(a))
+        }
         (d, l) => d == l,
     }
+}
+
+/// A Kubernetes quantity (`500m`, `0.5`, `128Mi`, `1e3`, `1.5Gi`) in billionths of its unit,
+/// rounded up as the API server rounds it; `None` when it is not one or does not fit.
+fn quantity_nanos(text: &str) -> Option<i128> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let number_end = rest
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(rest.len());
+    let (number, suffix) = rest.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.len() + fraction.len() == 0 || whole.len() + fraction.len() > 30 || fraction.contains('.') {
+        return None;
+    }
+    let mut mantissa: i128 = 0;
+    for d in whole.bytes().chain(fraction.bytes()) {
+        mantissa = mantissa * 10 + i128::from(d - b'0');
+    }
+    let (exp10, exp2): (i32, u32) = match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        s if s.starts_with(['e', 'E']) && s.len() > 1 => (s[1..].parse::<i32>().ok().filter(|e| e.abs() <= 40)?, 0),
+        _ => return None,
+    };
+    let scaled = mantissa.checked_mul(2i128.checked_pow(exp2)?)?;
+    // In nano units: 10^9 more, less one per fraction digit.
+    let exp = exp10 + 9 - i32::try_from(fraction.len()).ok()?;
+    let nanos = if exp >= 0 {
+        scaled.checked_mul(10i128.checked_pow(exp.unsigned_abs())?)?
+    } else {
+        let divisor = 10i128.checked_pow(exp.unsigned_abs())?;
+        scaled.checked_add(divisor - 1)? / divisor
+    };
+    Some(if negative { -nanos } else { nanos })
 }
 
 pub(super) fn is_owned_by(meta: &ObjectMeta, server: &McpServer) -> bool {
@@ -151,6 +218,45 @@ mod tests {
         assert!(
             is_subset(&json!({"env": [], "m": {}}), &json!({})),
             "empty lists and maps are dropped by the API server"
+        );
+    }
+
+    #[test]
+    fn subset_takes_a_quantity_in_its_canonical_form() {
+        let doc = json!({"resources": {"requests": {"cpu": "0.5", "memory": "0.125Gi"}, "limits": {"memory": "134217728"}},
+                         "volumes": [{"emptyDir": {"sizeLimit": "1024Ki"}}], "env": [{"name": "N", "value": "0.5"}]});
+        let live = json!({"resources": {"requests": {"cpu": "500m", "memory": "128Mi"}, "limits": {"memory": "128Mi"}},
+                          "volumes": [{"emptyDir": {"sizeLimit": "1Mi"}}], "env": [{"name": "N", "value": "0.5"}]});
+        assert!(is_subset(&doc, &live));
+        let mut more = live.clone();
+        more["resources"]["requests"]["cpu"] = json!("501m");
+        assert!(!is_subset(&doc, &more), "a different quantity is a change");
+        let mut env = live.clone();
+        env["env"][0]["value"] = json!("500m");
+        assert!(!is_subset(&doc, &env), "only quantities are compared as quantities");
+    }
+
+    #[test]
+    fn quantities_parse_as_the_api_server_reads_them() {
+        use super::quantity_nanos as q;
+        assert_eq!(q("500m"), Some(500_000_000));
+        assert_eq!(q("0.5"), q("500m"));
+        assert_eq!(q(".5"), q("500m"));
+        assert_eq!(q("1"), Some(1_000_000_000));
+        assert_eq!(q("1e3"), q("1k"));
+        assert_eq!(q("1E-3"), q("1m"));
+        assert_eq!(q("+2Ki"), q("2048"));
+        assert_eq!(q("1.5Gi"), q("1536Mi"));
+        assert_eq!(q("-1"), Some(-1_000_000_000));
+        assert_eq!(q("0.0000000001"), q("1n"), "below a nano rounds up");
+        for bad in ["", "m", "1x", "1.2.3", "1 m", "Ki", "1e", "1e99", "1Ei0", "--1"] {
+            assert_eq!(q(bad), None, "{bad:?}");
+        }
+        assert_eq!(q("8Ei"), Some(8 * (1i128 << 60) * 1_000_000_000));
+        assert_eq!(
+            q(".158456325028528675187087900671Gi"),
+            None,
+            "too large to round: not a panic"
         );
     }
 }
