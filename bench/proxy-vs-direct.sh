@@ -15,6 +15,10 @@
 #   floor:  the same POST through proxy/examples/passthrough.rs, the proxy's HTTP server and
 #           upstream client with nothing between them (GET /customers/42, body passed back):
 #           the transport's share of a call, so that proxy minus floor is the MCP work
+#   nginx:  the same POST through Debian's nginx as a reverse proxy (one worker process,
+#           keep-alive upstream connections, access log off, GET /customers/42): what the
+#           field's reference C proxy costs for the same second HTTP exchange on this machine,
+#           the yardstick for the floor (skipped when nginx is not installed)
 # and then the same pair against an endpoint with 1 ms of service time (GET /slow?ms=1), which
 # is closer to a real service; and prints requests/s, p50 and p99 for both, their ratio, the proxy's CPU time per call
 # (from /proc) and its peak RSS. Load generator, upstream and proxy share this machine's cores.
@@ -45,6 +49,45 @@ python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
 "$BIN/examples/passthrough" "127.0.0.1:$FLOOR" "http://127.0.0.1:$UP" /customers/42 >"$work/floor.log" 2>&1 & PASS=$!; pids+=($PASS)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
 for _ in $(seq 100); do curl -so /dev/null -d '{}' "http://127.0.0.1:$FLOOR/" && break; sleep 0.1; done
+
+NGINX=$(command -v nginx || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; } || true)
+if [[ -n "$NGINX" ]]; then
+  NGX=$(free_port)
+  mkdir -p "$work/nginx"
+  cat >"$work/nginx/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body;
+  proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi;
+  uwsgi_temp_path $work/nginx/uwsgi;
+  scgi_temp_path $work/nginx/scgi;
+  upstream service { server 127.0.0.1:$UP; keepalive 64; }
+  server {
+    listen 127.0.0.1:$NGX;
+    location / {
+      rewrite ^ /customers/42 break;
+      proxy_method GET;
+      proxy_pass_request_body off;
+      proxy_set_header Content-Length "";
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_pass http://service;
+    }
+  }
+}
+EOF
+  "$NGINX" -p "$work/nginx" -e "$work/nginx/error.log" -c "$work/nginx/nginx.conf" >"$work/nginx/nginx.log" 2>&1 & NGINX_PID=$!; pids+=($NGINX_PID)
+  for _ in $(seq 100); do curl -sfo /dev/null -d '{}' "http://127.0.0.1:$NGX/mcp" && break; sleep 0.1; done
+  curl -sf -d '{}' "http://127.0.0.1:$NGX/mcp" | grep -q '"id"' \
+    || { echo "nginx does not pass the request on: $(cat "$work/nginx/error.log")" >&2; exit 1; }
+fi
 
 SHARED=${BENCH_SHARED:-0}
 if [[ "$SHARED" == "1" ]]; then
@@ -165,6 +208,7 @@ for c in 1 32; do
   run proxy "$c" "http://127.0.0.1:$MCP/mcp" "$work/CALL.lua"
   run proxy-2026 "$c" "http://127.0.0.1:$MCP/mcp" "$work/MODERN.lua"
   run floor "$c" "http://127.0.0.1:$FLOOR/mcp" "$work/MODERN.lua" "$PASS"
+  if [[ -n "$NGINX" ]]; then run nginx "$c" "http://127.0.0.1:$NGX/mcp" "$work/MODERN.lua" "$NGINX_PID"; fi
   if [[ "$SHARED" == "1" ]]; then
     run proxy-shared "$c" "http://127.0.0.1:$MCP2/mcp" "$work/SHARED.lua" "$PROXY2" "$REDIS"
   fi
@@ -183,7 +227,7 @@ mode = "API-key auth + audit to a file" if os.environ.get("BENCH_POLICY") == "1"
 print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, {mode}, same machine")
 print(f"{'conc':>4} {'path':<12} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
-    for n in ("direct", "floor", "proxy", "proxy-2026", "proxy-shared"):
+    for n in ("direct", "nginx", "floor", "proxy", "proxy-2026", "proxy-shared"):
         if (n, c) not in by:
             continue
         r = by[(n, c)]
@@ -196,6 +240,10 @@ print(f"proxy CPU per call (c=32):    {p32['cpu_us_per_call']:.1f} µs   (issue 
 f1, f32 = by[("floor", 1)], by[("floor", 32)]
 print(f"of which transport (floor):   {f32['cpu_us_per_call']:.1f} µs at c=32, {f1['cpu_us_per_call']:.1f} µs at c=1; "
       f"MCP work {p32['cpu_us_per_call'] - f32['cpu_us_per_call']:.1f} µs at c=32; floor added p50 at c=1 {f1['p50'] - d1['p50']:.0f} µs")
+if ("nginx", 1) in by:
+    n1, n32 = by[("nginx", 1)], by[("nginx", 32)]
+    print(f"nginx as the reverse proxy:   {n32['cpu_us_per_call']:.1f} µs CPU per call at c=32, {n1['cpu_us_per_call']:.1f} µs at c=1; "
+          f"added p50 at c=1 {n1['p50'] - d1['p50']:.0f} µs; {n32['rps'] / d32['rps'] * 100:.0f}% of direct at c=32")
 print(f"throughput ratio at c=32:     {p32['rps'] / d32['rps'] * 100:.0f}% of direct   (issue 16: >= 50%)")
 print(f"throughput ratio at c=1:      {p1['rps'] / d1['rps'] * 100:.0f}% of direct")
 ds, ps = by[("direct-1ms", 32)], by[("proxy-1ms", 32)]
