@@ -17,6 +17,7 @@ pub mod sealed;
 pub mod session;
 pub mod subscriptions;
 mod tools;
+pub mod validation;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -103,7 +104,7 @@ pub struct Shared {
     /// Upstream calls in flight (they outlive a client that goes away).
     pub in_flight: Arc<InFlight>,
     /// Slots for validating large argument objects off the runtime's workers (one per CPU, at
-    /// most [`call::MAX_VALIDATION_SLOTS`]).
+    /// most [`validation::MAX_VALIDATION_SLOTS`]).
     pub validation_slots: Arc<tokio::sync::Semaphore>,
     /// Slots for compiling a tool's schemas on its first call, off the runtime's workers (as
     /// many as validation slots, apart from them: a compile, bounded work on a schema the config
@@ -188,8 +189,8 @@ impl Shared {
             },
             auditor: ArcSwap::from_pointee(auditor),
             in_flight: Arc::default(),
-            validation_slots: Arc::new(tokio::sync::Semaphore::new(call::validation_slots())),
-            compile_slots: Arc::new(tokio::sync::Semaphore::new(call::validation_slots())),
+            validation_slots: Arc::new(tokio::sync::Semaphore::new(validation::validation_slots())),
+            compile_slots: Arc::new(tokio::sync::Semaphore::new(validation::validation_slots())),
             subscriptions: subscriptions::Subscriptions::default(),
             cancels: cancel::Cancels::default(),
         };
