@@ -86,8 +86,9 @@ impl Outcome {
         Value::Object(m)
     }
 
-    /// The envelope serialized directly (the hot path: no intermediate JSON tree).
-    pub fn envelope_json(&self, tool: &str, safety: &str, duration_ms: u64) -> String {
+    /// The envelope serialized directly (the hot path: no intermediate JSON tree), as compact
+    /// JSON bytes: serde_json writes valid UTF-8, so nothing checks it again on the way out.
+    pub fn envelope_json(&self, tool: &str, safety: &str, duration_ms: u64) -> Vec<u8> {
         #[derive(Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Envelope<'a> {
@@ -115,10 +116,10 @@ impl Outcome {
                 duration_ms,
             },
         );
-        written
-            .ok()
-            .and_then(|()| String::from_utf8(out).ok())
-            .unwrap_or_default()
+        if written.is_err() {
+            out.clear();
+        }
+        out
     }
 
     /// Whether the MCP result carries `isError: true`.
@@ -137,21 +138,43 @@ pub fn call_result(envelope: Value, is_error: bool) -> Value {
     })
 }
 
-/// [`call_result`] from an already serialized envelope, as JSON text: the envelope text is
-/// both the escaped text block and, verbatim, the structured content.
-pub fn call_result_json(envelope_json: &str, is_error: bool) -> String {
+/// [`call_result`] from an already serialized envelope (compact JSON from
+/// [`Outcome::envelope_json`]), as JSON bytes: the envelope text is both the escaped text block
+/// and, verbatim, the structured content. An empty envelope (a failed serialization) gives an
+/// empty result, which the caller answers as an internal error.
+pub fn call_result_json(envelope_json: &[u8], is_error: bool) -> Vec<u8> {
+    if envelope_json.is_empty() {
+        return Vec::new();
+    }
     // The text block escapes every quote: about 2.2 times the envelope in all, in one buffer.
     let mut out = Vec::with_capacity(envelope_json.len() * 23 / 10 + 96);
-    out.extend_from_slice(br#"{"content":[{"type":"text","text":"#);
-    if serde_json::to_writer(&mut out, envelope_json).is_err() {
-        return String::new();
-    }
-    out.extend_from_slice(br#"}],"structuredContent":"#);
-    out.extend_from_slice(envelope_json.as_bytes());
+    out.extend_from_slice(br#"{"content":[{"type":"text","text":""#);
+    push_escaped_compact(&mut out, envelope_json);
+    out.extend_from_slice(br#""}],"structuredContent":"#);
+    out.extend_from_slice(envelope_json);
     out.extend_from_slice(br#","isError":"#);
     out.extend_from_slice(if is_error { b"true" } else { b"false" });
     out.push(b'}');
-    String::from_utf8(out).unwrap_or_default()
+    out
+}
+
+/// Appends compact JSON text as the contents of a JSON string. Compact JSON from serde_json
+/// holds no control character (inside strings they are escaped, and there is no whitespace
+/// between tokens), so `"` and `\` are the only bytes to escape: a vectorised scan for those
+/// two rather than serde_json's table lookup per byte for any text, which was the largest
+/// single cost of shaping a result (callgrind: 4 k of the 7.8 k instructions of a small one).
+fn push_escaped_compact(out: &mut Vec<u8>, json: &[u8]) {
+    debug_assert!(
+        json.iter().all(|&b| b >= 0x20),
+        "compact JSON has no control characters"
+    );
+    let mut rest = json;
+    while let Some(i) = memchr::memchr2(b'"', b'\\', rest) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(&[b'\\', rest[i]]);
+        rest = &rest[i + 1..];
+    }
+    out.extend_from_slice(rest);
 }
 
 /// The envelope's `outputSchema` for a tool without one of its own, as JSON text before and after
@@ -366,11 +389,42 @@ mod tests {
         };
         let text = o.envelope_json("t", "read_only", 3);
         assert_eq!(
-            serde_json::from_str::<Value>(&text).unwrap(),
+            serde_json::from_slice::<Value>(&text).unwrap(),
             o.to_envelope("t", "read_only", 3)
         );
-        let fast: Value = serde_json::from_str(&call_result_json(&text, o.is_error())).unwrap();
+        let fast: Value = serde_json::from_slice(&call_result_json(&text, o.is_error())).unwrap();
         assert_eq!(fast, call_result(o.to_envelope("t", "read_only", 3), true));
+    }
+
+    #[test]
+    fn the_text_block_is_escaped_as_serde_json_escapes_it() {
+        // Every kind of character a body can bring: quotes and backslashes (raw and in escapes),
+        // control characters (escaped inside the envelope's strings), DEL, non-ASCII and the
+        // line separators JavaScript once choked on.
+        let data = json!({
+            "q\"uote": "a\"b\\c\\\"d",
+            "ctl": "\u{0}\u{1}\t\n\r\u{1f}",
+            "del": "\u{7f}",
+            "text": "¿Qué? 日本 \u{2028}\u{2029} 🦀",
+            "nested": [{"x": "\\\\"}, null, 1.5e300, -0, true],
+            "": "",
+        });
+        let o = Outcome {
+            status: BusinessStatus::Success,
+            data: Some(data),
+            errors: vec![],
+            next_question: Some("\"?\\".into()),
+            upstream_status: Some(200),
+        };
+        let text = o.envelope_json("t", "read_only", 3);
+        let raw = call_result_json(&text, false);
+        let expected = call_result(o.to_envelope("t", "read_only", 3), false);
+        // The same text, byte for byte, as serde_json's own escaping of the same envelope.
+        let mut want = Vec::new();
+        serde_json::to_writer(&mut want, std::str::from_utf8(&text).unwrap()).unwrap();
+        let start = br#"{"content":[{"type":"text","text":"#.len();
+        assert_eq!(&raw[start..start + want.len()], &want[..]);
+        assert_eq!(serde_json::from_slice::<Value>(&raw).unwrap(), expected);
     }
 
     #[test]

@@ -273,10 +273,10 @@ fn empty(status: StatusCode) -> Response<Body> {
 /// Result of a JSON-RPC request handler.
 pub(crate) enum Reply {
     Result(Value),
-    /// A result already serialized as JSON text; `tool_error` when it is a tool result with
-    /// `isError: true`.
+    /// A result already serialized as JSON (UTF-8 bytes); `tool_error` when it is a tool result
+    /// with `isError: true`.
     RawResult {
-        json: String,
+        json: Vec<u8>,
         tool_error: bool,
     },
     /// A complete HTTP response (rate limiting).
@@ -307,12 +307,12 @@ impl Reply {
                 tool_error,
             } => {
                 let id = serde_json::to_string(id).unwrap_or_else(|_| "null".into());
-                let mut body = String::with_capacity(result.len() + id.len() + 32);
-                body.push_str(r#"{"jsonrpc":"2.0","id":"#);
-                body.push_str(&id);
-                body.push_str(r#","result":"#);
-                body.push_str(&result);
-                body.push('}');
+                let mut body = Vec::with_capacity(result.len() + id.len() + 32);
+                body.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+                body.extend_from_slice(id.as_bytes());
+                body.extend_from_slice(br#","result":"#);
+                body.extend_from_slice(&result);
+                body.push(b'}');
                 let mut resp = Response::new(Body::new(Bytes::from(body)));
                 resp.headers_mut()
                     .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

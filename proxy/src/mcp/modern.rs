@@ -319,17 +319,17 @@ pub fn result_head(server_name: &str) -> String {
 }
 
 /// [`complete`] for a result already serialized as a JSON object (a tool result).
-pub fn complete_raw(result: &str, rt: &Runtime) -> String {
-    let Some(rest) = result.strip_prefix('{') else {
-        return result.to_string();
+pub fn complete_raw(result: &[u8], rt: &Runtime) -> Vec<u8> {
+    let Some(rest) = result.strip_prefix(b"{") else {
+        return result.to_vec();
     };
-    let head = &rt.modern_result_head;
-    let mut out = String::with_capacity(head.len() + result.len() + 1);
-    out.push_str(head);
-    if rest.trim_start() != "}" {
-        out.push(',');
+    let head = rt.modern_result_head.as_bytes();
+    let mut out = Vec::with_capacity(head.len() + result.len() + 1);
+    out.extend_from_slice(head);
+    if rest.trim_ascii_start() != b"}" {
+        out.push(b',');
     }
-    out.push_str(rest);
+    out.extend_from_slice(rest);
     out
 }
 
@@ -534,12 +534,12 @@ mod tests {
         )
         .unwrap();
         let rt = Runtime::compile(config, 1).unwrap();
-        let raw = complete_raw(r#"{"content":[],"isError":false}"#, &rt);
-        let v: Value = serde_json::from_str(&raw).unwrap();
+        let raw = complete_raw(br#"{"content":[],"isError":false}"#, &rt);
+        let v: Value = serde_json::from_slice(&raw).unwrap();
         assert_eq!(v["resultType"], "complete");
         assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "toolgate");
         assert_eq!(v["isError"], false);
-        let v: Value = serde_json::from_str(&complete_raw("{}", &rt)).unwrap();
+        let v: Value = serde_json::from_slice(&complete_raw(b"{}", &rt)).unwrap();
         assert_eq!(v["resultType"], "complete");
         let mut r = json!({"tools": []});
         complete(&mut r, &rt);

@@ -62,7 +62,7 @@ pub(crate) fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Opti
     }
     out.push('}');
     Reply::RawResult {
-        json: out,
+        json: out.into_bytes(),
         tool_error: false,
     }
 }
@@ -70,6 +70,14 @@ pub(crate) fn tools_list(rt: &Runtime, peer: &Peer, who: &Identity, params: Opti
 pub(crate) fn finish(tool: &CompiledTool, outcome: &Outcome, started: Instant) -> Reply {
     let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let env = outcome.envelope_json(&tool.config.name, tool.safety.as_str(), ms);
+    if env.is_empty() {
+        // serde_json writes a `Value` and strings to memory without fail; should that change,
+        // the client gets an error rather than a result that is not JSON.
+        return Reply::error(
+            super::code::INTERNAL_ERROR,
+            "Internal error: the result could not be serialized",
+        );
+    }
     Reply::RawResult {
         json: envelope::call_result_json(&env, outcome.is_error()),
         tool_error: outcome.is_error(),
