@@ -13,6 +13,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use serde_json::{json, Map, Value};
 use toolgate_config::{LEGACY_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS};
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -122,7 +123,7 @@ pub fn is_modern(headers: &HeaderMap, msg: &Map<String, Value>) -> bool {
 
 /// A header value as sent, or decoded from the `=?base64?…?=` sentinel (standard alphabet,
 /// canonical padding, UTF-8); `None` when it is neither valid visible ASCII nor a valid sentinel.
-pub fn decode_header_value(raw: &[u8]) -> Option<String> {
+pub fn decode_header_value(raw: &[u8]) -> Option<Cow<'_, str>> {
     let text = std::str::from_utf8(raw).ok()?;
     if let Some(payload) = text.strip_prefix("=?base64?").and_then(|t| t.strip_suffix("?=")) {
         let bytes = STANDARD.decode(payload).ok()?;
@@ -130,11 +131,11 @@ pub fn decode_header_value(raw: &[u8]) -> Option<String> {
         if STANDARD.encode(&bytes) != payload {
             return None;
         }
-        return String::from_utf8(bytes).ok();
+        return String::from_utf8(bytes).ok().map(Cow::Owned);
     }
     text.bytes()
         .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
-        .then(|| text.to_string())
+        .then_some(Cow::Borrowed(text))
 }
 
 /// The single value of header `name` (a repeated one is refused: two values cannot both
@@ -152,6 +153,37 @@ fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a [u
     Ok(first.map(|v| v.as_bytes()))
 }
 
+/// The `_meta` members a request is validated and served by, found in one walk over `_meta`:
+/// its keys are long (`io.modelcontextprotocol/clientCapabilities`), and a hashed lookup of each
+/// (SipHash over 40 bytes, seven of them) cost more than comparing them against the few members
+/// a client sends.
+#[derive(Default)]
+struct MetaMembers<'a> {
+    version: Option<&'a Value>,
+    capabilities: Option<&'a Value>,
+    client_info: Option<&'a Value>,
+    traceparent: Option<&'a Value>,
+    tracestate: Option<&'a Value>,
+}
+
+impl<'a> MetaMembers<'a> {
+    fn of(meta: &'a Map<String, Value>) -> Self {
+        let mut m = Self::default();
+        for (k, v) in meta {
+            let slot = match k.as_str() {
+                META_VERSION => &mut m.version,
+                META_CAPABILITIES => &mut m.capabilities,
+                META_CLIENT_INFO => &mut m.client_info,
+                "traceparent" => &mut m.traceparent,
+                "tracestate" => &mut m.tracestate,
+                _ => continue,
+            };
+            *slot = Some(v);
+        }
+        m
+    }
+}
+
 /// The transport's validation ladder ("Server Validation"), first failure wins:
 /// `_meta` carries the required protocol version and client capabilities (-32602);
 /// `MCP-Protocol-Version` equals `_meta`'s version, `Mcp-Method` the method and, on a
@@ -165,9 +197,10 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
             "Invalid params: `params._meta` must be an object carrying `{META_VERSION}` and `{META_CAPABILITIES}`"
         )));
     };
-    let missing: Vec<&str> = [META_VERSION, META_CAPABILITIES]
+    let m = MetaMembers::of(meta);
+    let missing: Vec<&str> = [(META_VERSION, m.version), (META_CAPABILITIES, m.capabilities)]
         .into_iter()
-        .filter(|k| !meta.contains_key(*k))
+        .filter_map(|(k, v)| v.is_none().then_some(k))
         .collect();
     if !missing.is_empty() {
         return Err(invalid(format!(
@@ -175,13 +208,13 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
             missing.join(" and ")
         )));
     }
-    if !meta[META_CAPABILITIES].is_object() {
+    if !m.capabilities.is_some_and(Value::is_object) {
         return Err(invalid(format!(
             "Invalid params: `_meta.{META_CAPABILITIES}` must be an object"
         )));
     }
     let mismatch = |m: String| reject(code::HEADER_MISMATCH, "header_mismatch", m);
-    let Some(Value::String(declared)) = meta.get(META_VERSION) else {
+    let Some(Value::String(declared)) = m.version else {
         return Err(invalid(format!(
             "Invalid params: `_meta.{META_VERSION}` must be a string"
         )));
@@ -249,19 +282,19 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
     else {
         return Err(unsupported_version(declared));
     };
-    let info = meta.get(META_CLIENT_INFO);
     let field = |k: &str| {
-        info.and_then(|i| i.get(k))
+        m.client_info
+            .and_then(|i| i.get(k))
             .and_then(Value::as_str)
             .map(|s| super::prefix(s, 128).to_owned())
     };
-    let trace = meta
-        .get("traceparent")
+    let trace = m
+        .traceparent
         .and_then(Value::as_str)
         .and_then(TraceContext::continuing)
         .map(|t| {
-            let state = meta
-                .get("tracestate")
+            let state = m
+                .tracestate
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty() && s.len() <= 512 && s.bytes().all(|b| (0x20..0x7f).contains(&b)))
                 .map(str::to_string);
