@@ -117,7 +117,10 @@ pub fn canonical_digest_and_len(v: &Value) -> (String, usize) {
     let mut buf = Vec::with_capacity(256);
     write(v, &mut buf);
     let d = Sha256::digest(&buf);
-    (format!("sha256:{}", crate::trace::to_hex(&d)), buf.len())
+    let mut text = String::with_capacity(7 + 2 * d.len());
+    text.push_str("sha256:");
+    crate::trace::push_hex(&mut text, &d);
+    (text, buf.len())
 }
 
 /// `v` with every value at `pointers` replaced by `"[REDACTED]"`.

@@ -105,7 +105,7 @@ impl CallAudit {
     /// The client address.
     pub fn set_ip(&mut self, ip: std::net::IpAddr) {
         if let Some(r) = self.written() {
-            r.client_ip = ip.to_string();
+            r.client_ip = crate::policy::clientip::to_text(ip);
         }
     }
 

@@ -53,9 +53,44 @@ pub fn counting_key(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The address as text, as `Display` writes it. IPv4 is written octet by octet: through the
+/// formatting machinery it cost 1.5 k instructions, a sixth of an audit record's whole cost
+/// (callgrind). IPv6, rarer and with its `::` rules, goes through `Display`.
+pub fn to_text(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut s = String::with_capacity(15);
+            let mut digits = itoa::Buffer::new();
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                s.push_str(digits.format(octet));
+            }
+            s
+        }
+        v6 => v6.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        for a in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.200.3.45",
+            "255.255.255.255",
+            "::1",
+            "::ffff:1.2.3.4",
+            "2001:db8::8:800:200c:417a",
+        ] {
+            assert_eq!(to_text(ip(a)), ip(a).to_string(), "{a}");
+        }
+    }
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
