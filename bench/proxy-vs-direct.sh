@@ -2,7 +2,6 @@
 # Proxy vs direct upstream, side by side in one run (a benchmark, not a test).
 #
 #   bench/proxy-vs-direct.sh            # BENCH_SECONDS=5 per run by default
-#   BENCH_POLICY=1 bench/proxy-vs-direct.sh   # with API-key auth (1000 keys) and an audit record per call
 #   BENCH_SHARED=1 bench/proxy-vs-direct.sh   # also a second proxy with sealed sessions and its
 #                                             # limits counted in a local redis-server
 #
@@ -12,6 +11,10 @@
 #   proxy:  tools/call get_customer {"customerId":"42"} (validation, mapping, pick/redact,
 #           output-schema check, envelope) through the proxy, on a 2025-06-18 session
 #   proxy-2026: the same call on 2026-07-28 (no session; `_meta` and headers validated)
+#   proxy-full: the 2025-06-18 call through a second proxy with every policy layer on: API-key
+#           auth over 1,000 keys, per-identity and per-IP limits, an audit record per call to a
+#           file (bench/config.py with BENCH_POLICY=1), so the policy layers' cost is read beside
+#           the bare path in the same run
 #   floor:  the same POST through proxy/examples/passthrough.rs, the proxy's HTTP server and
 #           upstream client with nothing between them (GET /customers/42, body passed back):
 #           the transport's share of a call, so that proxy minus floor is the MCP work
@@ -47,7 +50,13 @@ python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
 "$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
 "$PROXY_BIN" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
 "$BIN/examples/passthrough" "127.0.0.1:$FLOOR" "http://127.0.0.1:$UP" /customers/42 >"$work/floor.log" 2>&1 & PASS=$!; pids+=($PASS)
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+MCPF=$(free_port); ADMINF=$(free_port)
+mkdir -p "$work/full"
+BENCH_POLICY=1 python3 bench/config.py "$work/full/proxy.yaml" "$UP" "$MCPF" "$ADMINF"
+"$PROXY_BIN" --config "$work/full/proxy.yaml" >"$work/full/proxy.log" 2>&1 & PROXYF=$!; pids+=($PROXYF)
+for a in "$ADMIN" "$ADMINF"; do
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$a/readyz" >/dev/null && break; sleep 0.1; done
+done
 for _ in $(seq 100); do curl -so /dev/null -d '{}' "http://127.0.0.1:$FLOOR/" && break; sleep 0.1; done
 
 NGINX=$(command -v nginx || { [[ -x /usr/sbin/nginx ]] && echo /usr/sbin/nginx; } || true)
@@ -111,16 +120,23 @@ fi
 tools=$(curl -sf "http://127.0.0.1:$ADMIN/readyz" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tools"])')
 
 H=(-H 'content-type: application/json' -H 'accept: application/json, text/event-stream')
-KEY=""
-if [[ "${BENCH_POLICY:-0}" == "1" ]]; then KEY="bench-key-517"; H+=(-H "x-api-key: $KEY"); fi
-SID=$(curl -si "${H[@]}" "http://127.0.0.1:$MCP/mcp" \
-  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
-  | awk 'tolower($1)=="mcp-session-id:" {print $2}' | tr -d '\r')
-curl -sf "${H[@]}" -H "mcp-session-id: $SID" "http://127.0.0.1:$MCP/mcp" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+KEY="bench-key-517"   # the full proxy's API key (one of 1,000)
 CALL='{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"get_customer","arguments":{"customerId":"42"}}}'
-check=$(curl -sf "${H[@]}" -H "mcp-session-id: $SID" -H 'mcp-protocol-version: 2025-06-18' "http://127.0.0.1:$MCP/mcp" -d "$CALL")
-echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; assert r["structuredContent"]["status"]=="success", r' \
-  || { echo "the proxied call does not succeed: $check" >&2; exit 1; }
+# session PORT [header...] -> a 2025-06-18 session on which CALL succeeds
+session() {
+  local port=$1 sid check
+  shift
+  sid=$(curl -si "${H[@]}" "$@" "http://127.0.0.1:$port/mcp" \
+    -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
+    | awk 'tolower($1)=="mcp-session-id:" {print $2}' | tr -d '\r')
+  curl -sf "${H[@]}" "$@" -H "mcp-session-id: $sid" "http://127.0.0.1:$port/mcp" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+  check=$(curl -sf "${H[@]}" "$@" -H "mcp-session-id: $sid" -H 'mcp-protocol-version: 2025-06-18' "http://127.0.0.1:$port/mcp" -d "$CALL")
+  echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; assert r["structuredContent"]["status"]=="success", r' \
+    || { echo "the proxied call on port $port does not succeed: $check" >&2; return 1; }
+  echo "$sid"
+}
+SID=$(session "$MCP")
+SIDF=$(session "$MCPF" -H "x-api-key: $KEY")
 
 SLOW='{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"slow_lookup","arguments":{"ms":1}}}'
 # The same call on 2026-07-28: no session, `_meta` and the mirroring headers validated.
@@ -137,8 +153,7 @@ wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
 wrk.headers["Mcp-Method"] = "tools/call"
 wrk.headers["Mcp-Name"] = "get_customer"
 LUA
-[[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$work/MODERN.lua"
-session_script() { # file body session
+session_script() { # file body session [api key]
 cat >"$1" <<LUA
 wrk.method = "POST"
 wrk.body = '$2'
@@ -147,10 +162,11 @@ wrk.headers["Accept"] = "application/json, text/event-stream"
 wrk.headers["Mcp-Session-Id"] = "$3"
 wrk.headers["MCP-Protocol-Version"] = "2025-06-18"
 LUA
-[[ -n "$KEY" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$KEY\"" >>"$1"
+[[ -n "${4:-}" ]] && echo "wrk.headers[\"X-API-Key\"] = \"$4\"" >>"$1"
 return 0
 }
 for body in CALL SLOW; do session_script "$work/$body.lua" "${!body}" "$SID"; done
+session_script "$work/FULL.lua" "$CALL" "$SIDF" "$KEY"
 if [[ "$SHARED" == "1" ]]; then
   SID2=$(curl -si "${H[@]}" "http://127.0.0.1:$MCP2/mcp" \
     -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
@@ -207,6 +223,7 @@ for c in 1 32; do
   run direct "$c" "http://127.0.0.1:$UP/customers/42"
   run proxy "$c" "http://127.0.0.1:$MCP/mcp" "$work/CALL.lua"
   run proxy-2026 "$c" "http://127.0.0.1:$MCP/mcp" "$work/MODERN.lua"
+  run proxy-full "$c" "http://127.0.0.1:$MCPF/mcp" "$work/FULL.lua" "$PROXYF"
   run floor "$c" "http://127.0.0.1:$FLOOR/mcp" "$work/MODERN.lua" "$PASS"
   if [[ -n "$NGINX" ]]; then run nginx "$c" "http://127.0.0.1:$NGX/mcp" "$work/MODERN.lua" "$NGINX_PID"; fi
   if [[ "$SHARED" == "1" ]]; then
@@ -222,12 +239,11 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 rss_mib = int(sys.argv[2]) / 1024
 by = {(r["name"], r["c"]): r for r in rows}
-import os
-mode = "API-key auth + audit to a file" if os.environ.get("BENCH_POLICY") == "1" else "auth none, audit off"
-print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, {mode}, same machine")
+print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, same machine")
+print("(proxy and proxy-2026: auth none, audit off; proxy-full: API key over 1,000 keys, limits, audit to a file)")
 print(f"{'conc':>4} {'path':<12} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
-    for n in ("direct", "nginx", "floor", "proxy", "proxy-2026", "proxy-shared"):
+    for n in ("direct", "nginx", "floor", "proxy", "proxy-2026", "proxy-full", "proxy-shared"):
         if (n, c) not in by:
             continue
         r = by[(n, c)]
@@ -252,6 +268,10 @@ print(f"with 1 ms of upstream service time, c=32: direct {ds['rps']:.0f} req/s p
 m1, m32 = by[("proxy-2026", 1)], by[("proxy-2026", 32)]
 print(f"2026-07-28 vs 2025-06-18 CPU per call: c=1 {m1['cpu_us_per_call']:.1f} vs {p1['cpu_us_per_call']:.1f} µs, "
       f"c=32 {m32['cpu_us_per_call']:.1f} vs {p32['cpu_us_per_call']:.1f} µs   (the modern path must not cost more)")
+f1_, f32_ = by[("proxy-full", 1)], by[("proxy-full", 32)]
+print(f"full policy path vs bare, CPU per call: c=1 {f1_['cpu_us_per_call']:.1f} vs {p1['cpu_us_per_call']:.1f} µs "
+      f"({f1_['cpu_us_per_call'] / p1['cpu_us_per_call'] - 1:+.0%}), c=32 {f32_['cpu_us_per_call']:.1f} vs {p32['cpu_us_per_call']:.1f} µs "
+      f"({f32_['cpu_us_per_call'] / p32['cpu_us_per_call'] - 1:+.0%})   (issue 16: at most +25%)")
 print(f"proxy peak RSS:               {rss_mib:.1f} MiB with {sys.argv[3]} tools   (target < 30 MiB)")
 if ("proxy-shared", 1) in by:
     print("\nsealed sessions + limits in Redis (proxy-shared) vs in-memory sessions + local limiter (proxy), 2025-06-18 tools/call:")
