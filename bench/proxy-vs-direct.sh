@@ -11,10 +11,10 @@
 #   proxy:  tools/call get_customer {"customerId":"42"} (validation, mapping, pick/redact,
 #           output-schema check, envelope) through the proxy, on a 2025-06-18 session
 #   proxy-2026: the same call on 2026-07-28 (no session; `_meta` and headers validated)
-#   proxy-full: the 2025-06-18 call through a second proxy with every policy layer on: API-key
-#           auth over 1,000 keys, per-identity and per-IP limits, an audit record per call to a
-#           file (bench/config.py with BENCH_POLICY=1), so the policy layers' cost is read beside
-#           the bare path in the same run
+#   proxy-full: the 2025-06-18 call through a second proxy with API-key auth over 1,000 keys and
+#           an audit record per call to a file (bench/config.py with BENCH_POLICY=1; both proxies
+#           count the same per-IP and per-identity limits), so the policy layers' cost is read
+#           beside the bare path in the same run
 #   floor:  the same POST through proxy/examples/passthrough.rs, the proxy's HTTP server and
 #           upstream client with nothing between them (GET /customers/42, body passed back):
 #           the transport's share of a call, so that proxy minus floor is the MCP work
@@ -45,7 +45,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 UP=$(free_port); MCP=$(free_port); ADMIN=$(free_port); FLOOR=$(free_port)
 
 # example/proxy.yaml on free ports, plus generated tools up to 100 in all (bench/config.py).
-python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
+BENCH_POLICY=0 python3 bench/config.py "$work/proxy.yaml" "$UP" "$MCP" "$ADMIN"
 
 "$BIN/example-service" --listen "127.0.0.1:$UP" >"$work/upstream.log" 2>&1 & pids+=($!)
 "$PROXY_BIN" --config "$work/proxy.yaml" >"$work/proxy.log" 2>&1 & PROXY=$!; pids+=($PROXY)
@@ -129,7 +129,10 @@ session() {
   sid=$(curl -si "${H[@]}" "$@" "http://127.0.0.1:$port/mcp" \
     -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}' \
     | awk 'tolower($1)=="mcp-session-id:" {print $2}' | tr -d '\r')
-  curl -sf "${H[@]}" "$@" -H "mcp-session-id: $sid" "http://127.0.0.1:$port/mcp" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+  # Inside $(...) `set -e` is off: each step says itself whether it failed.
+  [[ -n "$sid" ]] || { echo "initialize on port $port returned no session" >&2; return 1; }
+  curl -sf "${H[@]}" "$@" -H "mcp-session-id: $sid" "http://127.0.0.1:$port/mcp" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
+    || { echo "notifications/initialized on port $port failed" >&2; return 1; }
   check=$(curl -sf "${H[@]}" "$@" -H "mcp-session-id: $sid" -H 'mcp-protocol-version: 2025-06-18' "http://127.0.0.1:$port/mcp" -d "$CALL")
   echo "$check" | python3 -c 'import json,sys; r=json.load(sys.stdin)["result"]; assert r["structuredContent"]["status"]=="success", r' \
     || { echo "the proxied call on port $port does not succeed: $check" >&2; return 1; }
@@ -240,7 +243,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 rss_mib = int(sys.argv[2]) / 1024
 by = {(r["name"], r["c"]): r for r in rows}
 print(f"\nproxy vs direct, {sys.argv[4]} s per run, wrk -t1, {sys.argv[3]} tools loaded, same machine")
-print("(proxy and proxy-2026: auth none, audit off; proxy-full: API key over 1,000 keys, limits, audit to a file)")
+print("(all proxies count per-IP and per-identity limits; proxy and proxy-2026: auth none, audit off;"
+      " proxy-full: API key over 1,000 keys, audit to a file)")
 print(f"{'conc':>4} {'path':<12} {'req/s':>10} {'p50 µs':>9} {'p99 µs':>9} {'CPU µs/call':>18} {'errors':>7}")
 for c in (1, 32):
     for n in ("direct", "nginx", "floor", "proxy", "proxy-2026", "proxy-full", "proxy-shared"):
