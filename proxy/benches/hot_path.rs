@@ -181,6 +181,7 @@ fn main() {
     bench_policy();
     bench("shape the response into an envelope", 200_000, || {
         let o = shape::response(tool, black_box(&resp));
-        black_box(toolgate_proxy::envelope::call_result(o.to_envelope("t", "mutation", 1), o.is_error()).to_string());
+        let envelope = o.envelope_json("t", "mutation", 1);
+        black_box(toolgate_proxy::envelope::call_result_json(&envelope, o.is_error()));
     });
 }

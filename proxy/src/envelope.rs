@@ -2,7 +2,9 @@
 //! carried as the one text block (and as `structuredContent`) of every `tools/call` result.
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+#[cfg(test)]
+use serde_json::Map;
+use serde_json::{json, Value};
 use toolgate_config::BusinessStatus;
 
 /// One structured error inside an envelope.
@@ -66,7 +68,9 @@ impl Outcome {
         }
     }
 
-    /// The envelope as a JSON object.
+    /// The envelope as a JSON tree: the tests' oracle for [`Outcome::envelope_json`], which is
+    /// what the proxy serves.
+    #[cfg(test)]
     pub fn to_envelope(&self, tool: &str, safety: &str, duration_ms: u64) -> Value {
         let mut m = Map::with_capacity(8);
         m.insert("ok".into(), Value::Bool(self.status.is_ok() && self.errors.is_empty()));
@@ -129,6 +133,8 @@ impl Outcome {
 }
 
 /// The MCP `tools/call` result for an envelope: one text block and the same structured content.
+/// The tests' oracle for [`call_result_json`], which is what the proxy serves.
+#[cfg(test)]
 pub fn call_result(envelope: Value, is_error: bool) -> Value {
     let text = envelope.to_string();
     json!({
@@ -138,9 +144,9 @@ pub fn call_result(envelope: Value, is_error: bool) -> Value {
     })
 }
 
-/// [`call_result`] from an already serialized envelope (compact JSON from
-/// [`Outcome::envelope_json`]), as JSON bytes: the envelope text is both the escaped text block
-/// and, verbatim, the structured content. An empty envelope (a failed serialization) gives an
+/// The MCP `tools/call` result for an already serialized envelope (compact JSON from
+/// [`Outcome::envelope_json`]), as JSON bytes: one text block holding the envelope text,
+/// escaped, and the same envelope, verbatim, as the structured content. An empty envelope (a failed serialization) gives an
 /// empty result, which the caller answers as an internal error.
 pub fn call_result_json(envelope_json: &[u8], is_error: bool) -> Vec<u8> {
     if envelope_json.is_empty() {
