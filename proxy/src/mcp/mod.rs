@@ -8,6 +8,7 @@ pub mod call;
 pub mod cancel;
 mod gate;
 mod legacy;
+mod message;
 pub mod modern;
 mod origin;
 pub mod peek;
@@ -384,8 +385,28 @@ async fn post(
         audit_unparsed(shared, &body, false, ip, "invalid", reason, info);
         return resp;
     }
-    let msg: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
+    let msg = match message::parse(&body) {
+        Ok(message::Parsed::Message(m)) => m,
+        Ok(other) => {
+            // A batch is refused whole; each tools/call in it still leaves its record.
+            let message = match other {
+                message::Parsed::Batch(items) => {
+                    for m in items.iter().filter_map(Value::as_object) {
+                        if m.get("method").and_then(Value::as_str) == Some("tools/call") {
+                            let params = m.get("params");
+                            let mut a =
+                                CallAudit::new(shared.auditor.load_full(), m.get("id").unwrap_or(&Value::Null), params);
+                            a.set_ip(ip);
+                            a.set_arguments(params, false);
+                            a.finish("invalid", "batch", None);
+                        }
+                    }
+                    "Invalid Request: JSON-RPC batches are not supported; send one message per request"
+                }
+                _ => "Invalid Request: the body must be a JSON-RPC message object",
+            };
+            return rpc_error(StatusCode::BAD_REQUEST, None, code::INVALID_REQUEST, message, None);
+        }
         Err(e) => {
             audit_unparsed(shared, &body, false, ip, "invalid", "parse_error", info);
             return rpc_error(
@@ -397,27 +418,9 @@ async fn post(
             );
         }
     };
-    let Value::Object(msg) = msg else {
-        // A batch is refused whole; each tools/call in it still leaves its record.
-        for m in msg.as_array().into_iter().flatten().filter_map(Value::as_object) {
-            if m.get("method").and_then(Value::as_str) == Some("tools/call") {
-                let params = m.get("params");
-                let mut a = CallAudit::new(shared.auditor.load_full(), m.get("id").unwrap_or(&Value::Null), params);
-                a.set_ip(ip);
-                a.set_arguments(params, false);
-                a.finish("invalid", "batch", None);
-            }
-        }
-        let message = if msg.is_array() {
-            "Invalid Request: JSON-RPC batches are not supported; send one message per request"
-        } else {
-            "Invalid Request: the body must be a JSON-RPC message object"
-        };
-        return rpc_error(StatusCode::BAD_REQUEST, None, code::INVALID_REQUEST, message, None);
-    };
-    let id = msg.get("id");
-    let params = msg.get("params");
-    let is_call = msg.get("method").and_then(Value::as_str) == Some("tools/call");
+    let id = msg.id.as_ref();
+    let params = msg.params.as_ref();
+    let is_call = msg.method_str() == Some("tools/call");
     if otel::enabled() {
         // Not for a null id (the conventions leave it out then).
         info.rpc_id = id.filter(|i| !i.is_null()).map(|i| match i {
@@ -442,7 +445,7 @@ async fn post(
     let refuse = |audit, reason, resp| refuse_call(audit, params, reason, resp);
     let valid_id = matches!(id, None | Some(Value::String(_)) | Some(Value::Number(_)));
     let reply_id = id.filter(|_| valid_id);
-    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    if !msg.jsonrpc_2 {
         let r = rpc_error(
             StatusCode::BAD_REQUEST,
             reply_id,
@@ -462,15 +465,15 @@ async fn post(
         );
         return refuse(audit, "invalid_request", r);
     }
-    let method = match msg.get("method") {
-        Some(Value::String(m)) => {
+    let method = match &msg.method {
+        Some(message::Text::Str(m)) => {
             info.method = metrics::method_label(m);
             if otel::enabled() {
                 info.method_name = Some(prefix(m, 64).to_owned());
             }
-            Some(m.as_str())
+            Some(m.as_ref())
         }
-        Some(_) => {
+        Some(message::Text::NotString) => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 reply_id,
@@ -479,7 +482,7 @@ async fn post(
                 None,
             )
         }
-        None if msg.contains_key("result") || msg.contains_key("error") => None,
+        None if msg.is_response => None,
         None => {
             return rpc_error(
                 StatusCode::BAD_REQUEST,
@@ -499,8 +502,8 @@ async fn post(
 
     // A 2026-07-28 request is checked against its own headers before anything else decides on
     // it; its `_meta` trace context continues the client's trace.
-    let modern = if modern::is_modern(headers, &msg) {
-        match modern::validate(headers, &msg) {
+    let modern = if modern::is_modern(headers, method, params) {
+        match modern::validate(headers, method, params) {
             Ok(m) => {
                 if let Some((t, state)) = &m.trace {
                     info.trace = *t;

@@ -103,21 +103,18 @@ pub fn unsupported_version(requested: &str) -> Box<Rejection> {
     })
 }
 
-fn meta(msg: &Map<String, Value>) -> Option<&Map<String, Value>> {
-    msg.get("params")?.get("_meta")?.as_object()
+fn meta(params: Option<&Value>) -> Option<&Map<String, Value>> {
+    params?.get("_meta")?.as_object()
 }
 
-/// Whether `msg` is served as a 2026-07-28 request: its `MCP-Protocol-Version` header names a
+/// Whether a request (its `method` and `params`) is served as a 2026-07-28 request: its `MCP-Protocol-Version` header names a
 /// version that is not a 2025 revision (an unknown one too, so that the client is told what this
 /// server speaks), or it has no such header but declares a version in `_meta` (a modern client
 /// that forgot the header, which the ladder then refuses). Everything else is a 2025 request.
-pub fn is_modern(headers: &HeaderMap, msg: &Map<String, Value>) -> bool {
+pub fn is_modern(headers: &HeaderMap, method: Option<&str>, params: Option<&Value>) -> bool {
     match headers.get(&super::VERSION_HEADER) {
         Some(v) => !v.to_str().is_ok_and(|v| LEGACY_PROTOCOL_VERSIONS.contains(&v)),
-        None => {
-            msg.get("method").and_then(Value::as_str) != Some("initialize")
-                && meta(msg).is_some_and(|m| m.contains_key(META_VERSION))
-        }
+        None => method != Some("initialize") && meta(params).is_some_and(|m| m.contains_key(META_VERSION)),
     }
 }
 
@@ -190,9 +187,9 @@ impl<'a> MetaMembers<'a> {
 /// `tools/call`, `Mcp-Name` the tool name, after decoding (-32020); the version is one this
 /// server speaks (-32022). Every refusal is HTTP 400 with a JSON-RPC error body, which is what a
 /// dual-era client reads to stay on this revision instead of falling back to `initialize`.
-pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern, Box<Rejection>> {
+pub fn validate(headers: &HeaderMap, method: Option<&str>, params: Option<&Value>) -> Result<Modern, Box<Rejection>> {
     let invalid = |m: String| reject(super::code::INVALID_PARAMS, "missing_request_meta", m);
-    let Some(meta) = meta(msg) else {
+    let Some(meta) = meta(params) else {
         return Err(invalid(format!(
             "Invalid params: `params._meta` must be an object carrying `{META_VERSION}` and `{META_CAPABILITIES}`"
         )));
@@ -234,7 +231,7 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
         }
         Some(_) => {}
     }
-    let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+    let method = method.unwrap_or("");
     match single(headers, &METHOD_HEADER)? {
         Some(h) if h == method.as_bytes() => {}
         Some(h) => {
@@ -252,7 +249,7 @@ pub fn validate(headers: &HeaderMap, msg: &Map<String, Value>) -> Result<Modern,
         }
     }
     if method == "tools/call" {
-        let body_name = msg.get("params").and_then(|p| p.get("name")).and_then(Value::as_str);
+        let body_name = params.and_then(|p| p.get("name")).and_then(Value::as_str);
         if let Some(name) = body_name {
             match single(headers, &NAME_HEADER)? {
                 None => return Err(mismatch("Header mismatch: Mcp-Name is required on tools/call".into())),
@@ -464,7 +461,11 @@ mod tests {
 
     fn run(h: &[(&'static str, String)], msg: &Map<String, Value>) -> Result<Modern, Box<Rejection>> {
         let pairs: Vec<(&'static str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        validate(&headers(&pairs), msg)
+        validate(
+            &headers(&pairs),
+            msg.get("method").and_then(Value::as_str),
+            msg.get("params"),
+        )
     }
 
     #[test]
@@ -538,24 +539,28 @@ mod tests {
         assert_eq!(r.data.unwrap()["requested"], "2027-01-01");
     }
 
+    fn is_modern_msg(h: &HeaderMap, msg: &Map<String, Value>) -> bool {
+        is_modern(h, msg.get("method").and_then(Value::as_str), msg.get("params"))
+    }
+
     #[test]
     fn legacy_requests_stay_legacy_and_modern_ones_are_recognised() {
         let init = json!({"method": "initialize", "params": {"protocolVersion": "2025-06-18"}});
-        assert!(!is_modern(&HeaderMap::new(), init.as_object().unwrap()));
-        assert!(!is_modern(
+        assert!(!is_modern_msg(&HeaderMap::new(), init.as_object().unwrap()));
+        assert!(!is_modern_msg(
             &headers(&[("mcp-protocol-version", "2025-06-18")]),
             &call("x")
         ));
-        assert!(is_modern(
+        assert!(is_modern_msg(
             &headers(&[("mcp-protocol-version", "2026-07-28")]),
             &call("x")
         ));
-        assert!(is_modern(
+        assert!(is_modern_msg(
             &headers(&[("mcp-protocol-version", "2099-01-01")]),
             &call("x")
         ));
         assert!(
-            is_modern(&HeaderMap::new(), &call("x")),
+            is_modern_msg(&HeaderMap::new(), &call("x")),
             "a modern body without its header"
         );
     }
