@@ -66,11 +66,6 @@ impl Pick {
             Node::Some(members) => Self::Tree(members),
         }
     }
-
-    /// Whether every member is kept.
-    pub fn is_all(&self) -> bool {
-        matches!(self, Self::All)
-    }
 }
 
 /// A tree while pointers are added.
@@ -282,8 +277,11 @@ mod tests {
 
     #[test]
     fn plain_members_merge_into_a_tree_and_wildcards_keep_the_pointers() {
-        assert!(tree(&[]).is_all());
-        assert!(tree(&["/a", ""]).is_all(), "the whole document keeps everything");
+        assert!(matches!(tree(&[]), Pick::All));
+        assert!(
+            matches!(tree(&["/a", ""]), Pick::All),
+            "the whole document keeps everything"
+        );
         assert!(matches!(tree(&["/a", "/b/*/c"]), Pick::Pointers(p) if p.len() == 2));
         let t = tree(&["/a/x", "/b", "/a/y", "/a/x/deep", "/b/z"]);
         let m = members(&t);
