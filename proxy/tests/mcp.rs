@@ -190,7 +190,7 @@ async fn malformed_messages_get_json_rpc_errors() {
     let s = h.session("2025-06-18").await;
     let mut hs = base_headers();
     hs.push(("mcp-session-id", &s.id));
-    let cases: [(&str, StatusCode, i64, Value); 6] = [
+    let cases: [(&str, StatusCode, i64, Value); 11] = [
         ("{not json", StatusCode::BAD_REQUEST, -32700, Value::Null),
         (
             r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
@@ -217,6 +217,27 @@ async fn malformed_messages_get_json_rpc_errors() {
             -32602,
             json!(6),
         ),
+        ("42", StatusCode::BAD_REQUEST, -32600, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":5}"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            json!(7),
+        ),
+        (r#"{"jsonrpc":"2.0","id":8}"#, StatusCode::BAD_REQUEST, -32600, json!(8)),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            Value::Null,
+        ),
+        // A repeated member counts its last value, as a JSON object read into a map does.
+        (
+            r#"{"jsonrpc":"2.0","jsonrpc":"1.0","id":9,"method":"ping"}"#,
+            StatusCode::BAD_REQUEST,
+            -32600,
+            json!(9),
+        ),
     ];
     for (body, status, code, id) in cases {
         let (st, _, resp) = h.raw("POST", &hs, body).await;
@@ -235,6 +256,31 @@ async fn malformed_messages_get_json_rpc_errors() {
         .as_str()
         .unwrap()
         .contains("batch"));
+    for (body, says) in [
+        ("42", "must be a JSON-RPC message object"),
+        (r#"{"jsonrpc":"2.0","id":7,"method":5}"#, "`method` must be a string"),
+        (r#"{"jsonrpc":"2.0","id":8}"#, "`method` is missing"),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            "`id` must be a string or a number",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","jsonrpc":"1.0","id":9,"method":"ping"}"#,
+            "`jsonrpc` must be",
+        ),
+    ] {
+        let (_, _, resp) = h.raw("POST", &hs, body).await;
+        let v = json_of(&resp);
+        assert!(v["error"]["message"].as_str().unwrap().contains(says), "{body} -> {v}");
+    }
+    let (_, _, resp) = h
+        .raw(
+            "POST",
+            &hs,
+            r#"{"jsonrpc":"1.0","id":10,"jsonrpc":"2.0","method":"ping"}"#,
+        )
+        .await;
+    assert_eq!(json_of(&resp)["result"], json!({}), "the last `jsonrpc` counts");
     let (st, _, _) = h.raw("POST", &[("content-type", "text/plain")], "{}").await;
     assert_eq!(st, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(s.request("ping", json!({})).await["result"], json!({}));

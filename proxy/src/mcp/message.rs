@@ -77,23 +77,24 @@ impl<'de: 'a, 'a> Visitor<'de> for ParsedVisitor<'a> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut m = Message::default();
-        // Keys are compared borrowed; one with escapes (`"\u0069d"`) arrives owned and is
-        // compared all the same.
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            match key.as_ref() {
-                "jsonrpc" => m.jsonrpc_2 = map.next_value::<Text>()? == Text::Str(Cow::Borrowed("2.0")),
-                "id" => m.id = Some(map.next_value()?),
-                "method" => m.method = Some(map.next_value()?),
-                "params" => m.params = Some(map.next_value()?),
-                "result" | "error" => {
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Jsonrpc => m.jsonrpc_2 = map.next_value::<Text>()? == Text::Str(Cow::Borrowed("2.0")),
+                Key::Id => m.id = Some(map.next_value()?),
+                Key::Method => m.method = Some(map.next_value()?),
+                Key::Params => m.params = Some(map.next_value()?),
+                Key::Response => {
                     map.next_value::<Skip>()?;
                     m.is_response = true;
                 }
-                _ => {
+                Key::Other => {
                     map.next_value::<Skip>()?;
                 }
             }
         }
+        // With serde_json's `arbitrary_precision` feature (off in this workspace) a top-level
+        // number would arrive here as a one-member map; `batches_and_scalars_are_told_apart`
+        // fails then.
         Ok(Parsed::Message(m))
     }
 
@@ -127,6 +128,46 @@ impl<'de: 'a, 'a> Visitor<'de> for ParsedVisitor<'a> {
 
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(Parsed::Scalar)
+    }
+}
+
+/// A member's name, told apart without copying it (serde's `Cow<str>` would always copy). A
+/// name with escapes (`"\u0069d"`) is decoded by serde_json first and counts as what it spells.
+enum Key {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    /// `result` or `error`.
+    Response,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl Visitor<'_> for KeyVisitor {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    // A borrowed or an owned name comes here too (serde's defaults forward both).
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(match name {
+            "jsonrpc" => Key::Jsonrpc,
+            "id" => Key::Id,
+            "method" => Key::Method,
+            "params" => Key::Params,
+            "result" | "error" => Key::Response,
+            _ => Key::Other,
+        })
     }
 }
 
@@ -327,6 +368,10 @@ mod tests {
             r#"{"extra":{"deep":[[[{"x":"y"}]]]},"jsonrpc":"2.0","n":-1e300,"id":1,"method":"ping","s":"\ud83d\ude00"}"#,
             "  {}  \n",
             "{\"params\":null}",
+            // Numbers at the edges of what a tree holds.
+            r#"{"id":-0,"method":"ping"}"#,
+            r#"{"id":18446744073709551616,"x":-9223372036854775809,"method":"ping"}"#,
+            r#"{"id":1.7976931348623157e308,"x":5e-324,"method":"ping"}"#,
         ];
         for body in bodies {
             let want = oracle(body).unwrap_or_else(|| panic!("the oracle reads {body}"));
@@ -393,6 +438,16 @@ mod tests {
             "{\"method\":{\"y\":\"\u{1}\"}}",
             deep_other.as_str(),
             deep_method.as_str(),
+            // Numbers a tree cannot hold, read or skipped (serde's IgnoredAny skips `1e400`).
+            "{\"id\":1e400}",
+            "{\"x\":1e400}",
+            "{\"x\":[-1e400]}",
+            "{\"x\":1.}",
+            "{\"x\":-}",
+            // A byte-order mark, and a bad escape in a nested member's name.
+            "\u{feff}{}",
+            "{\"x\":{\"\\ud800\":1}}",
+            "{\"x\":{\"\\u12\":1}}",
         ] {
             let tree = serde_json::from_str::<Value>(body).expect_err(body).to_string();
             let ours = parse(body.as_bytes())
@@ -400,6 +455,25 @@ mod tests {
                 .unwrap_or_else(|| panic!("{body} is refused"))
                 .to_string();
             assert_eq!(ours, tree, "{body}");
+        }
+        // serde_json's nesting limit is 128 in every member, read or skipped, as in the tree.
+        for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+            for depth in [126, 127, 128, 129] {
+                let nested = format!("{}1{}", open.repeat(depth), close.repeat(depth));
+                for (body, levels) in [
+                    (nested.clone(), depth),
+                    (format!(r#"{{"params":{nested}}}"#), depth + 1),
+                    (format!(r#"{{"method":{nested}}}"#), depth + 1),
+                    (format!(r#"{{"x":{nested}}}"#), depth + 1),
+                    (format!(r#"{{"result":{nested}}}"#), depth + 1),
+                ] {
+                    let tree = serde_json::from_str::<Value>(&body).map_err(|e| e.to_string());
+                    // The cases straddle the limit: 127 levels are read, 128 are not.
+                    assert_eq!(tree.is_ok(), levels <= 127, "{levels} levels: {body:.40}");
+                    let ours = parse(body.as_bytes()).map(|_| ()).map_err(|e| e.to_string());
+                    assert_eq!(ours, tree.map(|_| ()), "{depth} levels of {open}: {body:.40}");
+                }
+            }
         }
         // Invalid UTF-8 in a string, read or skipped.
         for body in [
