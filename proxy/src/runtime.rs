@@ -42,7 +42,7 @@ pub enum BodyPlan {
         /// The declared properties, when only they may travel.
         only: Option<HashSet<String>>,
     },
-    /// Exactly these arguments.
+    /// Exactly these arguments, each named once, in this order.
     Fields(Vec<String>),
     /// This argument's value is the whole body.
     Argument(String),
@@ -452,7 +452,12 @@ fn compile_tool(
             used,
             only: declared_only(&t.input_schema),
         },
-        BodyMapping::Fields(f) => BodyPlan::Fields(f),
+        BodyMapping::Fields(mut f) => {
+            // A field named twice travels once, where it was first named.
+            let mut seen = HashSet::new();
+            f.retain(|name| seen.insert(name.clone()));
+            BodyPlan::Fields(f)
+        }
         BodyMapping::Argument(a) => BodyPlan::Argument(a.argument),
     };
     let pointers = |list: &[String]| -> Result<Vec<Pointer>, (&'static str, String)> {
