@@ -186,8 +186,7 @@ pub fn pointer(data: &[u8]) {
             assert_eq!(pick::pick_value(&doc, members), picked, "{p} of {doc}");
         }
     }
-    let red = audit::redacted_json(&doc, std::slice::from_ref(&pointer));
-    let red: Value = serde_json::from_str(red.get()).expect("a redacted record is JSON");
+    let red = audit::redacted(&doc, std::slice::from_ref(&pointer));
     let _ = args::field_of(&doc, p);
     if pointer.tokens.iter().all(Option::is_some) && doc.pointer(p).is_some() {
         assert_eq!(red.pointer(p), Some(&json!("[REDACTED]")), "{p} in {doc}");
