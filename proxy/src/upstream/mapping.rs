@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn the_body_is_written_in_argument_order_as_a_tree_of_it_would_be() {
         let a = args(json!({
-            "z": {"nested": [1, "q\"uote", null, {"b": true, "a": -0.5}]},
+            "z": {"nested": [1, "q\"uote", null, {"b": true, "a": -0.5, "k\"\u{1}\u{2028}": "é"}]},
             "id": "1",
             "a": "x",
             "m": 2.5,
@@ -355,6 +355,11 @@ mod tests {
         let req = build(rt.tool("t").unwrap(), &a, &rt.upstream, &[]).unwrap();
         let want = json!({"b": "y", "z": a["z"]});
         assert_eq!(body_text(req), want.to_string());
+        // Named fields none of which was sent: an empty object, still JSON.
+        let rt = runtime("{method: PUT, path: '/c/{id}', body: [missing]}", props);
+        let req = build(rt.tool("t").unwrap(), &a, &rt.upstream, &[]).unwrap();
+        assert_eq!(req.headers()["content-type"], "application/json");
+        assert_eq!(body_text(req), "{}");
         // One argument as the whole body, verbatim.
         let rt = runtime("{method: POST, path: '/c/{id}', body: {argument: z}}", props);
         let req = build(rt.tool("t").unwrap(), &a, &rt.upstream, &[]).unwrap();
