@@ -502,8 +502,9 @@ async fn post(
 
     // A 2026-07-28 request is checked against its own headers before anything else decides on
     // it; its `_meta` trace context continues the client's trace.
-    let modern = if modern::is_modern(headers, method, params) {
-        match modern::validate(headers, method, params) {
+    let meta = msg.meta.as_ref();
+    let modern = if modern::is_modern(headers, method, meta) {
+        match modern::validate(headers, method, params, meta) {
             Ok(m) => {
                 if let Some((t, state)) = &m.trace {
                     info.trace = *t;

@@ -10,7 +10,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use http::{HeaderMap, HeaderName, StatusCode};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use toolgate_config::{LEGACY_PROTOCOL_VERSIONS, SUPPORTED_PROTOCOL_VERSIONS};
 
 use std::borrow::Cow;
@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use http::Response;
 
+use super::message::{RequestMeta, Text};
 use super::{
     call, code as rpc, empty, rpc_error, subscriptions, tools_list, Body, Caller, Incoming, Peer, Reply, RequestInfo,
     Shared,
@@ -103,18 +104,14 @@ pub fn unsupported_version(requested: &str) -> Box<Rejection> {
     })
 }
 
-fn meta(params: Option<&Value>) -> Option<&Map<String, Value>> {
-    params?.get("_meta")?.as_object()
-}
-
-/// Whether a request (its `method` and `params`) is served as a 2026-07-28 request: its `MCP-Protocol-Version` header names a
+/// Whether a request (its `method` and `params._meta`) is served as a 2026-07-28 request: its `MCP-Protocol-Version` header names a
 /// version that is not a 2025 revision (an unknown one too, so that the client is told what this
 /// server speaks), or it has no such header but declares a version in `_meta` (a modern client
 /// that forgot the header, which the ladder then refuses). Everything else is a 2025 request.
-pub fn is_modern(headers: &HeaderMap, method: Option<&str>, params: Option<&Value>) -> bool {
+pub(crate) fn is_modern(headers: &HeaderMap, method: Option<&str>, meta: Option<&RequestMeta>) -> bool {
     match headers.get(&super::VERSION_HEADER) {
         Some(v) => !v.to_str().is_ok_and(|v| LEGACY_PROTOCOL_VERSIONS.contains(&v)),
-        None => method != Some("initialize") && meta(params).is_some_and(|m| m.contains_key(META_VERSION)),
+        None => method != Some("initialize") && meta.is_some_and(|m| m.version.is_some()),
     }
 }
 
@@ -150,68 +147,44 @@ fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a [u
     Ok(first.map(|v| v.as_bytes()))
 }
 
-/// The `_meta` members a request is validated and served by, found in one walk over `_meta`:
-/// its keys are long (`io.modelcontextprotocol/clientCapabilities`), and a hashed lookup of each
-/// (SipHash over 40 bytes, seven of them) cost more than comparing them against the few members
-/// a client sends.
-#[derive(Default)]
-struct MetaMembers<'a> {
-    version: Option<&'a Value>,
-    capabilities: Option<&'a Value>,
-    client_info: Option<&'a Value>,
-    traceparent: Option<&'a Value>,
-    tracestate: Option<&'a Value>,
-}
-
-impl<'a> MetaMembers<'a> {
-    fn of(meta: &'a Map<String, Value>) -> Self {
-        let mut m = Self::default();
-        for (k, v) in meta {
-            let slot = match k.as_str() {
-                META_VERSION => &mut m.version,
-                META_CAPABILITIES => &mut m.capabilities,
-                META_CLIENT_INFO => &mut m.client_info,
-                "traceparent" => &mut m.traceparent,
-                "tracestate" => &mut m.tracestate,
-                _ => continue,
-            };
-            *slot = Some(v);
-        }
-        m
-    }
-}
-
 /// The transport's validation ladder ("Server Validation"), first failure wins:
 /// `_meta` carries the required protocol version and client capabilities (-32602);
 /// `MCP-Protocol-Version` equals `_meta`'s version, `Mcp-Method` the method and, on a
 /// `tools/call`, `Mcp-Name` the tool name, after decoding (-32020); the version is one this
 /// server speaks (-32022). Every refusal is HTTP 400 with a JSON-RPC error body, which is what a
 /// dual-era client reads to stay on this revision instead of falling back to `initialize`.
-pub fn validate(headers: &HeaderMap, method: Option<&str>, params: Option<&Value>) -> Result<Modern, Box<Rejection>> {
+pub(crate) fn validate(
+    headers: &HeaderMap,
+    method: Option<&str>,
+    params: Option<&Value>,
+    meta: Option<&RequestMeta>,
+) -> Result<Modern, Box<Rejection>> {
     let invalid = |m: String| reject(super::code::INVALID_PARAMS, "missing_request_meta", m);
-    let Some(meta) = meta(params) else {
+    let Some(m) = meta else {
         return Err(invalid(format!(
             "Invalid params: `params._meta` must be an object carrying `{META_VERSION}` and `{META_CAPABILITIES}`"
         )));
     };
-    let m = MetaMembers::of(meta);
-    let missing: Vec<&str> = [(META_VERSION, m.version), (META_CAPABILITIES, m.capabilities)]
-        .into_iter()
-        .filter_map(|(k, v)| v.is_none().then_some(k))
-        .collect();
+    let missing: Vec<&str> = [
+        (META_VERSION, m.version.is_some()),
+        (META_CAPABILITIES, m.capabilities.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, present)| (!present).then_some(k))
+    .collect();
     if !missing.is_empty() {
         return Err(invalid(format!(
             "Invalid params: `params._meta` is missing {}",
             missing.join(" and ")
         )));
     }
-    if !m.capabilities.is_some_and(Value::is_object) {
+    if m.capabilities != Some(true) {
         return Err(invalid(format!(
             "Invalid params: `_meta.{META_CAPABILITIES}` must be an object"
         )));
     }
     let mismatch = |m: String| reject(code::HEADER_MISMATCH, "header_mismatch", m);
-    let Some(Value::String(declared)) = m.version else {
+    let Some(declared) = m.version.as_ref().and_then(Text::as_str) else {
         return Err(invalid(format!(
             "Invalid params: `_meta.{META_VERSION}` must be a string"
         )));
@@ -279,20 +252,21 @@ pub fn validate(headers: &HeaderMap, method: Option<&str>, params: Option<&Value
     else {
         return Err(unsupported_version(declared));
     };
-    let field = |k: &str| {
-        m.client_info
-            .and_then(|i| i.get(k))
-            .and_then(Value::as_str)
+    let field = |t: &Option<Text>| {
+        t.as_ref()
+            .and_then(Text::as_str)
             .map(|s| super::prefix(s, 128).to_owned())
     };
     let trace = m
         .traceparent
-        .and_then(Value::as_str)
+        .as_ref()
+        .and_then(Text::as_str)
         .and_then(TraceContext::continuing)
         .map(|t| {
             let state = m
                 .tracestate
-                .and_then(Value::as_str)
+                .as_ref()
+                .and_then(Text::as_str)
                 .filter(|s| !s.is_empty() && s.len() <= 512 && s.bytes().all(|b| (0x20..0x7f).contains(&b)))
                 .map(str::to_string);
             (t, state)
@@ -300,8 +274,8 @@ pub fn validate(headers: &HeaderMap, method: Option<&str>, params: Option<&Value
     Ok(Modern {
         version,
         client: ClientInfo {
-            name: field("name"),
-            version: field("version"),
+            name: field(&m.client_info.name),
+            version: field(&m.client_info.version),
         },
         trace,
     })
@@ -432,8 +406,10 @@ pub(crate) async fn serve(
 
 #[cfg(test)]
 mod tests {
+    use super::super::message::{parse, Message, Parsed};
     use super::*;
     use http::HeaderValue;
+    use serde_json::Map;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -459,13 +435,20 @@ mod tests {
         ]
     }
 
+    /// `msg` as the endpoint reads it from a body.
+    fn read<Out>(msg: &Map<String, Value>, f: impl FnOnce(&Message) -> Out) -> Out {
+        let body = serde_json::to_vec(msg).unwrap();
+        let Ok(Parsed::Message(m)) = parse(&body) else {
+            panic!("a message")
+        };
+        f(&m)
+    }
+
     fn run(h: &[(&'static str, String)], msg: &Map<String, Value>) -> Result<Modern, Box<Rejection>> {
         let pairs: Vec<(&'static str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        validate(
-            &headers(&pairs),
-            msg.get("method").and_then(Value::as_str),
-            msg.get("params"),
-        )
+        read(msg, |m| {
+            validate(&headers(&pairs), m.method_str(), m.params.as_ref(), m.meta.as_ref())
+        })
     }
 
     #[test]
@@ -540,7 +523,7 @@ mod tests {
     }
 
     fn is_modern_msg(h: &HeaderMap, msg: &Map<String, Value>) -> bool {
-        is_modern(h, msg.get("method").and_then(Value::as_str), msg.get("params"))
+        read(msg, |m| is_modern(h, m.method_str(), m.meta.as_ref()))
     }
 
     #[test]
