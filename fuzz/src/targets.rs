@@ -147,7 +147,8 @@ pub fn mapping(data: &[u8]) {
 }
 
 /// Line 1 a pointer, the rest a JSON document: `pick` and `redacted` never panic, a value
-/// the standard RFC 6901 lookup finds is always redacted, and a pointer without `*` picks the
+/// the standard RFC 6901 lookup finds is always redacted, the text an audit record carries
+/// (`redacted_json`) is the redacted tree's, and a pointer without `*` picks the
 /// same reading the body's text ([`pick::read`]) as from the parsed document.
 pub fn pointer(data: &[u8]) {
     let text = text(data);
@@ -187,6 +188,12 @@ pub fn pointer(data: &[u8]) {
         }
     }
     let red = audit::redacted(&doc, std::slice::from_ref(&pointer));
+    // What a record writes is what the tree reference serializes to.
+    assert_eq!(
+        audit::redacted_json(&doc, std::slice::from_ref(&pointer)),
+        red.to_string(),
+        "{p} of {doc}"
+    );
     let _ = args::field_of(&doc, p);
     if pointer.tokens.iter().all(Option::is_some) && doc.pointer(p).is_some() {
         assert_eq!(red.pointer(p), Some(&json!("[REDACTED]")), "{p} in {doc}");

@@ -57,9 +57,6 @@ pub struct AuditRecord {
     pub safety: Option<&'static str>,
     /// `sha256:<hex>` of the canonical arguments (sorted keys, no whitespace), before redaction.
     pub arguments_digest: Option<String>,
-    /// The arguments with `policy.audit.redactArguments` replaced by `"[REDACTED]"` (only for
-    /// authenticated callers; larger than 16 KiB: `{"omitted": "too_large", "bytes": n}`).
-    pub arguments: Option<Value>,
     /// Size of the arguments as received (compact JSON), in bytes.
     pub arguments_bytes: Option<usize>,
     /// `allowed`, `denied`, `invalid`, `rate_limited` or `cancelled`.
@@ -74,6 +71,30 @@ pub struct AuditRecord {
     pub duration_ms: u64,
     /// W3C trace id.
     pub trace_id: String,
+    /// The arguments with `policy.audit.redactArguments` replaced by `"[REDACTED]"` (only for
+    /// authenticated callers; larger than 16 KiB: `{"omitted": "too_large", "bytes": n}`), as
+    /// JSON text ([`redacted_json`]): the line's last member, written by [`line`].
+    #[serde(skip)]
+    pub arguments: Option<String>,
+}
+
+/// `rec` as one line of JSON, `arguments` its last member.
+pub fn line(rec: &AuditRecord) -> Vec<u8> {
+    // A record is a few hundred bytes: one allocation rather than a doubling series.
+    let mut line = Vec::with_capacity(768 + rec.arguments.as_ref().map_or(0, String::len));
+    if serde_json::to_writer(&mut line, rec).is_err() {
+        line.clear();
+    } else if let Some(args) = &rec.arguments {
+        // The arguments are already JSON text, written from the request's own tree; serde_json
+        // has no way to take text as a value without its `raw_value` feature (see Cargo.toml),
+        // so it goes in after the other members, in place of the object's closing brace.
+        line.pop();
+        line.extend_from_slice(b",\"arguments\":");
+        line.extend_from_slice(args.as_bytes());
+        line.push(b'}');
+    }
+    line.push(b'\n');
+    line
 }
 
 /// SHA-256 of the canonical form of `v` (object keys sorted, no insignificant whitespace).
@@ -123,7 +144,74 @@ pub fn canonical_digest_and_len(v: &Value) -> (String, usize) {
     (text, buf.len())
 }
 
-/// `v` with every value at `pointers` replaced by `"[REDACTED]"`.
+/// `v` as JSON text with every value at `pointers` replaced by `"[REDACTED]"`, written straight
+/// from `v`: an audit record's arguments are this text, not a copy of their tree (which cost a
+/// deep copy and its drop on every audited call).
+pub fn redacted_json(v: &Value, pointers: &[Pointer]) -> String {
+    let paths: Vec<&[Option<String>]> = pointers.iter().map(|p| p.tokens.as_slice()).collect();
+    // A Value (string keys only) always serializes.
+    serde_json::to_string(&Redacting { v, paths }).unwrap_or_else(|_| "null".into())
+}
+
+/// A value being written, and what is left of each pointer that reached it: an empty one
+/// redacts it; `Some(k)` goes on into member `k` (or the element `k` names), `None` into each.
+struct Redacting<'a> {
+    v: &'a Value,
+    paths: Vec<&'a [Option<String>]>,
+}
+
+impl Redacting<'_> {
+    /// The pointers that go on into the member named `key` (`index`: the element at that index),
+    /// as [`redacted`] follows them.
+    fn paths_into(&self, key: &str, index: Option<usize>) -> Vec<&[Option<String>]> {
+        self.paths
+            .iter()
+            .filter_map(|p| {
+                let (first, rest) = p.split_first()?;
+                let hit = match (first, index) {
+                    (None, _) => true,
+                    (Some(k), None) => k == key,
+                    (Some(k), Some(i)) => k.parse::<usize>().ok() == Some(i),
+                };
+                hit.then_some(rest)
+            })
+            .collect()
+    }
+}
+
+impl Serialize for Redacting<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        if self.paths.is_empty() {
+            return self.v.serialize(s);
+        }
+        if self.paths.iter().any(|p| p.is_empty()) {
+            return s.serialize_str("[REDACTED]");
+        }
+        match self.v {
+            Value::Object(m) => {
+                let mut out = s.serialize_map(Some(m.len()))?;
+                for (k, v) in m {
+                    let paths = self.paths_into(k, None);
+                    out.serialize_entry(k, &Redacting { v, paths })?;
+                }
+                out.end()
+            }
+            Value::Array(a) => {
+                let mut out = s.serialize_seq(Some(a.len()))?;
+                for (i, v) in a.iter().enumerate() {
+                    let paths = self.paths_into("", Some(i));
+                    out.serialize_element(&Redacting { v, paths })?;
+                }
+                out.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}
+
+/// `v` with every value at `pointers` replaced by `"[REDACTED]"`, as a tree: the reference the
+/// tests and the fuzzer check [`redacted_json`] against.
 pub fn redacted(v: &Value, pointers: &[Pointer]) -> Value {
     fn mark(v: &mut Value, tokens: &[Option<String>]) {
         let Some((first, rest)) = tokens.split_first() else {
@@ -231,13 +319,7 @@ impl Auditor {
 
     fn record_with(&self, rec: &AuditRecord, counts_for_health: bool) {
         let Some(tx) = &self.tx else { return };
-        // A record is a few hundred bytes: one allocation rather than a doubling series.
-        let mut line = Vec::with_capacity(768);
-        if serde_json::to_writer(&mut line, rec).is_err() {
-            line.clear();
-        }
-        line.push(b'\n');
-        if tx.try_send(Msg::Line(line)).is_err() {
+        if tx.try_send(Msg::Line(line(rec))).is_err() {
             let m = &crate::metrics::METRICS;
             if counts_for_health {
                 m.audit_dropped.inc();
@@ -390,6 +472,89 @@ mod tests {
         assert_eq!(canonical_digest(&a), canonical_digest(&b));
         assert_ne!(canonical_digest(&a), canonical_digest(&json!({"a": 1})));
         assert!(canonical_digest(&a).starts_with("sha256:"));
+    }
+
+    #[test]
+    fn redacted_json_writes_what_the_redacted_tree_serializes_to() {
+        let v = json!({
+            "card": {"number": "4111", "exp": "12/30", "01": "key"},
+            "items": [{"ssn": 1, "n": [1, 2]}, {"ssn": 2}, 7, [{"ssn": 3}]],
+            "a": {"b": {"c": [null, true, -1.5, "q\"\\"]}},
+            "empty": {},
+            "list": [],
+        });
+        let sets: &[&[&str]] = &[
+            &[],
+            &["/card/number", "/items/*/ssn"],
+            &["/card/01", "/items/01/ssn"],
+            &["/items/1/ssn", "/items/+1/ssn", "/items/ 2"],
+            &["/card", "/card/number"],
+            &["/card/number", "/card"],
+            &["/*/*", "/a/b/c/3"],
+            &["/a/b/c/*", "/a/b/c/9", "/nowhere/x", "/items/3/0/ssn"],
+            &["/items/*", "/items/0/ssn"],
+            &["/*"],
+            &[""],
+            &["/empty/x", "/list/0", "/list/*"],
+            &["/items/-", "/items/2/x", "/a/b/c/1/deeper"],
+        ];
+        for set in sets {
+            let p: Vec<Pointer> = set.iter().map(|p| Pointer::parse(p).unwrap()).collect();
+            assert_eq!(redacted_json(&v, &p), redacted(&v, &p).to_string(), "{set:?}");
+        }
+        for scalar in [json!(null), json!("x"), json!(-2)] {
+            let p = [Pointer::parse("/a").unwrap()];
+            assert_eq!(redacted_json(&scalar, &p), scalar.to_string());
+        }
+    }
+
+    fn record(arguments: Option<&str>) -> AuditRecord {
+        AuditRecord {
+            time: "2026-12-06T00:00:00.000Z".into(),
+            request_id: "r-1".into(),
+            jsonrpc_id: json!(7),
+            session_id: None,
+            protocol_version: Some("2026-07-28"),
+            client: ClientInfo {
+                name: Some("c \"1\"}".into()),
+                version: None,
+            },
+            subject: Some("k".into()),
+            role: Some("operator".into()),
+            agent: None,
+            client_ip: "127.0.0.1".into(),
+            tool: Some("t}".into()),
+            tier: Some("read"),
+            safety: Some("read_only"),
+            arguments_digest: Some("sha256:00".into()),
+            arguments_bytes: Some(12),
+            decision: "allowed",
+            reason: "ok",
+            status: Some("success"),
+            upstream_status: Some(200),
+            duration_ms: 3,
+            trace_id: "t".into(),
+            arguments: arguments.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_line_is_the_record_with_its_arguments_as_the_last_member() {
+        let args = json!({"b": [1, {"c": "[REDACTED]"}], "a": "x\"}\n"});
+        let text = line(&record(Some(&args.to_string())));
+        assert_eq!(text.last(), Some(&b'\n'));
+        assert_eq!(text.iter().filter(|b| **b == b'\n').count(), 1, "one line");
+        let v: Value = serde_json::from_slice(&text).unwrap();
+        let mut want = serde_json::to_value(record(None)).unwrap();
+        want.as_object_mut().unwrap().insert("arguments".into(), args.clone());
+        assert_eq!(v, want);
+        let members: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(members.first().map(|k| k.as_str()), Some("time"));
+        assert_eq!(members.last().map(|k| k.as_str()), Some("arguments"));
+        // Without arguments, no member for them.
+        let v: Value = serde_json::from_slice(&line(&record(None))).unwrap();
+        assert_eq!(v, serde_json::to_value(record(None)).unwrap());
+        assert!(v.get("arguments").is_none());
     }
 
     #[test]

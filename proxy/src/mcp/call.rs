@@ -90,9 +90,9 @@ impl CallAudit {
         r.arguments_bytes = Some(bytes);
         r.arguments = authenticated.then(|| {
             if bytes > MAX_RECORDED_ARGUMENTS {
-                json!({"omitted": "too_large", "bytes": bytes})
+                format!(r#"{{"omitted":"too_large","bytes":{bytes}}}"#)
             } else {
-                audit::redacted(args, &self.auditor.redact)
+                audit::redacted_json(args, &self.auditor.redact)
             }
         });
     }
