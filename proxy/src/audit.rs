@@ -25,7 +25,7 @@ pub struct ClientInfo {
     pub version: Option<String>,
 }
 
-/// One audit record.
+/// One audit record. Written by [`line`]: its own `Serialize` leaves the arguments out.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditRecord {
@@ -73,24 +73,25 @@ pub struct AuditRecord {
     pub trace_id: String,
     /// The arguments with `policy.audit.redactArguments` replaced by `"[REDACTED]"` (only for
     /// authenticated callers; larger than 16 KiB: `{"omitted": "too_large", "bytes": n}`), as
-    /// JSON text ([`redacted_json`]): the line's last member, written by [`line`].
+    /// JSON text ([`redacted_json`]): the line's last member, written by [`line`] (`null` when
+    /// `None`).
     #[serde(skip)]
     pub arguments: Option<String>,
 }
 
-/// `rec` as one line of JSON, `arguments` its last member.
+/// `rec` as one line of JSON, `arguments` its last member (`null` when none are recorded).
 pub fn line(rec: &AuditRecord) -> Vec<u8> {
     // A record is a few hundred bytes: one allocation rather than a doubling series.
     let mut line = Vec::with_capacity(768 + rec.arguments.as_ref().map_or(0, String::len));
     if serde_json::to_writer(&mut line, rec).is_err() {
         line.clear();
-    } else if let Some(args) = &rec.arguments {
+    } else {
         // The arguments are already JSON text, written from the request's own tree; serde_json
         // has no way to take text as a value without its `raw_value` feature (see Cargo.toml),
         // so it goes in after the other members, in place of the object's closing brace.
         line.pop();
         line.extend_from_slice(b",\"arguments\":");
-        line.extend_from_slice(args.as_bytes());
+        line.extend_from_slice(rec.arguments.as_deref().unwrap_or("null").as_bytes());
         line.push(b'}');
     }
     line.push(b'\n');
@@ -551,10 +552,14 @@ mod tests {
         let members: Vec<&String> = v.as_object().unwrap().keys().collect();
         assert_eq!(members.first().map(|k| k.as_str()), Some("time"));
         assert_eq!(members.last().map(|k| k.as_str()), Some("arguments"));
-        // Without arguments, no member for them.
+        // Without arguments, `null` in their place, as every record had before they were text.
         let v: Value = serde_json::from_slice(&line(&record(None))).unwrap();
-        assert_eq!(v, serde_json::to_value(record(None)).unwrap());
-        assert!(v.get("arguments").is_none());
+        want.as_object_mut().unwrap().insert("arguments".into(), Value::Null);
+        assert_eq!(v, want);
+        assert_eq!(
+            v.as_object().unwrap().keys().next_back().map(|k| k.as_str()),
+            Some("arguments")
+        );
     }
 
     #[test]

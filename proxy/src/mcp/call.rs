@@ -29,7 +29,7 @@ pub struct CallAudit {
     authenticated: bool,
 }
 
-/// Largest argument object copied into a record.
+/// Largest argument object written into a record.
 const MAX_RECORDED_ARGUMENTS: usize = 16 * 1024;
 
 impl CallAudit {
