@@ -219,6 +219,7 @@ pub fn jsonrpc_scan() -> Vec<Vec<u8>> {
         br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get_customer","arguments":{}}}"#.to_vec(),
         br#"{"id":"x","params":{"arguments":{"name":1},"name":"t"},"method":"tools/call","method":"ping"}"#.to_vec(),
         br#"{"jsonrpc":"2.0","id":1.5e3,"method":"tools/call","params":{"name":"get_cust"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"roots":{}},"io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01","tracestate":"a=b","progressToken":1},"name":"t","arguments":{"_meta":{}},"_meta":"x"}}"#.to_vec(),
     ]
 }
 

@@ -9,7 +9,7 @@ use ring::signature::{Ed25519KeyPair, KeyPair};
 use serde_json::{json, Value};
 use toolgate_config::pointer::Pointer;
 use toolgate_config::{schema, Cidr};
-use toolgate_proxy::mcp::{args, peek, sealed};
+use toolgate_proxy::mcp::{args, message, peek, sealed};
 use toolgate_proxy::policy::{clientip, credentials::Credentials, jwt};
 use toolgate_proxy::upstream::pick::{self, Pick};
 use toolgate_proxy::upstream::{mapping, shape};
@@ -22,7 +22,11 @@ use crate::{split_line, text};
 /// full parse's when the body is a whole JSON object. It may report less: it stops where the
 /// message stops reading as one (a `params` that is not an object). Keys given twice are left
 /// out: the full parse keeps the last, the scan the last it reached.
+/// And the endpoint's one-pass reading of a message (`message::reading`: the members it acts on,
+/// `params` without `_meta`, `_meta` typed) is, byte for byte, what the same lookups in the
+/// whole parse give, and a body it refuses is refused with serde_json's own message.
 pub fn jsonrpc_scan(data: &[u8]) {
+    assert_eq!(message::reading(data), message::tree_reading(data), "{}", text(data));
     let found = peek::scan(data);
     let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(data) else {
         return;

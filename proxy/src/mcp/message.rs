@@ -545,112 +545,136 @@ impl<'de> Visitor<'de> for IsObjectVisitor {
         Ok(IsObject(false))
     }
 }
+
 /// Reads `body` as one JSON value (trailing whitespace only), as `serde_json::from_slice` does.
 pub(crate) fn parse(body: &[u8]) -> serde_json::Result<Parsed<'_>> {
     serde_json::from_slice(body)
+}
+
+/// What the endpoint reads of `body`, written out as a JSON value, or the parse error's message:
+/// for the tests and the fuzzer, which compare it with [`tree_reading`], byte for byte.
+#[doc(hidden)]
+pub fn reading(body: &[u8]) -> Result<String, String> {
+    let text = |t: &Option<Text>| t.as_ref().map(|t| t.as_str().map_or(Value::Bool(false), Value::from));
+    let r = match parse(body).map_err(|e| e.to_string())? {
+        Parsed::Scalar => Reading::Scalar,
+        Parsed::Batch(items) => Reading::Batch(items),
+        Parsed::Message(m) => Reading::Message(Box::new(MessageReading {
+            jsonrpc_2: m.jsonrpc_2,
+            id: m.id,
+            method: text(&m.method),
+            params: m.params,
+            is_response: m.is_response,
+            meta: m.meta.map(|meta| {
+                [
+                    ("version", text(&meta.version)),
+                    ("capabilitiesAreAnObject", meta.capabilities.map(Value::Bool)),
+                    ("clientName", text(&meta.client_info.name)),
+                    ("clientVersion", text(&meta.client_info.version)),
+                    ("traceparent", text(&meta.traceparent)),
+                    ("tracestate", text(&meta.tracestate)),
+                ]
+            }),
+        })),
+    };
+    Ok(r.written())
+}
+
+/// [`reading`] as the endpoint made it before it read messages itself: `body` parsed whole into
+/// a `serde_json::Value`, the members looked up in it, `params._meta` taken out of `params`.
+#[doc(hidden)]
+pub fn tree_reading(body: &[u8]) -> Result<String, String> {
+    let text = |v: Option<&Value>| v.map(|v| v.as_str().map_or(Value::Bool(false), Value::from));
+    let r = match serde_json::from_slice::<Value>(body).map_err(|e| e.to_string())? {
+        Value::Array(items) => Reading::Batch(items),
+        Value::Object(m) => {
+            let mut params = m.get("params").cloned();
+            let meta = params
+                .as_mut()
+                .and_then(Value::as_object_mut)
+                .and_then(|p| p.shift_remove("_meta"));
+            let meta = meta.as_ref().and_then(Value::as_object).map(|meta| {
+                let info = |k: &str| {
+                    text(
+                        meta.get(META_CLIENT_INFO)
+                            .and_then(Value::as_object)
+                            .and_then(|i| i.get(k)),
+                    )
+                };
+                [
+                    ("version", text(meta.get(META_VERSION))),
+                    (
+                        "capabilitiesAreAnObject",
+                        meta.get(META_CAPABILITIES).map(|c| Value::Bool(c.is_object())),
+                    ),
+                    ("clientName", info("name")),
+                    ("clientVersion", info("version")),
+                    ("traceparent", text(meta.get("traceparent"))),
+                    ("tracestate", text(meta.get("tracestate"))),
+                ]
+            });
+            Reading::Message(Box::new(MessageReading {
+                jsonrpc_2: m.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
+                id: m.get("id").cloned(),
+                method: text(m.get("method")),
+                params,
+                is_response: m.contains_key("result") || m.contains_key("error"),
+                meta,
+            }))
+        }
+        _ => Reading::Scalar,
+    };
+    Ok(r.written())
+}
+
+/// What [`reading`] and [`tree_reading`] write out: a scalar as `"scalar"`, a batch as
+/// `{"batch": [...]}`, a message's members as an object. A member that should be a string is
+/// `false` when it is not one; one that is absent is left out.
+enum Reading {
+    Scalar,
+    Batch(Vec<Value>),
+    Message(Box<MessageReading>),
+}
+
+struct MessageReading {
+    jsonrpc_2: bool,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    is_response: bool,
+    meta: Option<[(&'static str, Option<Value>); 6]>,
+}
+
+impl Reading {
+    fn written(self) -> String {
+        let present = |members: Vec<(&str, Option<Value>)>| {
+            Value::Object(
+                members
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k.to_string(), v?)))
+                    .collect(),
+            )
+        };
+        let v = match self {
+            Reading::Scalar => Value::from("scalar"),
+            Reading::Batch(items) => present(vec![("batch", Some(Value::Array(items)))]),
+            Reading::Message(m) => present(vec![
+                ("jsonrpc2", Some(Value::Bool(m.jsonrpc_2))),
+                ("id", m.id),
+                ("method", m.method),
+                ("params", m.params),
+                ("isResponse", Some(Value::Bool(m.is_response))),
+                ("meta", m.meta.map(|meta| present(meta.into()))),
+            ]),
+        };
+        v.to_string()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// A member that should be a string: `None` when absent, `Some(None)` when not a string.
-    type TextReading = Option<Option<String>>;
-
-    /// What the endpoint reads of `_meta`: the protocol version, whether the capabilities are an
-    /// object, the client's name and version, `traceparent`, `tracestate`.
-    type MetaReading = (
-        TextReading,
-        Option<bool>,
-        TextReading,
-        TextReading,
-        TextReading,
-        TextReading,
-    );
-
-    /// What the endpoint reads of a message: `jsonrpc` is "2.0", `id`, `method`, `params`
-    /// (without `_meta`), whether it is a response, `_meta`.
-    type Reading = (
-        bool,
-        Option<Value>,
-        TextReading,
-        Option<Value>,
-        bool,
-        Option<MetaReading>,
-    );
-
-    fn text_of(v: &Value) -> Option<String> {
-        v.as_str().map(str::to_string)
-    }
-
-    /// The reading of `body` the endpoint made before: the message as a tree, `_meta` looked up
-    /// in the tree of `params`.
-    fn oracle(body: &str) -> Option<Reading> {
-        let v: Value = serde_json::from_str(body).ok()?;
-        let m = v.as_object()?;
-        let params = m.get("params");
-        let meta = params
-            .and_then(|p| p.get("_meta"))
-            .and_then(Value::as_object)
-            .map(|meta| {
-                let info = |k: &str| {
-                    meta.get(META_CLIENT_INFO)
-                        .and_then(Value::as_object)
-                        .and_then(|i| i.get(k))
-                        .map(text_of)
-                };
-                (
-                    meta.get(META_VERSION).map(text_of),
-                    meta.get(META_CAPABILITIES).map(Value::is_object),
-                    info("name"),
-                    info("version"),
-                    meta.get("traceparent").map(text_of),
-                    meta.get("tracestate").map(text_of),
-                )
-            });
-        let params = params.cloned().map(|mut p| {
-            if let Some(members) = p.as_object_mut() {
-                members.remove("_meta");
-            }
-            p
-        });
-        Some((
-            m.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
-            m.get("id").cloned(),
-            m.get("method").map(text_of),
-            params,
-            m.contains_key("result") || m.contains_key("error"),
-            meta,
-        ))
-    }
-
-    fn text(t: &Option<Text>) -> TextReading {
-        t.as_ref().map(|t| t.as_str().map(str::to_string))
-    }
-
-    fn read(body: &str) -> Option<Reading> {
-        match parse(body.as_bytes()).ok()? {
-            Parsed::Message(m) => Some((
-                m.jsonrpc_2,
-                m.id.clone(),
-                text(&m.method),
-                m.params,
-                m.is_response,
-                m.meta.map(|meta| {
-                    (
-                        text(&meta.version),
-                        meta.capabilities,
-                        text(&meta.client_info.name),
-                        text(&meta.client_info.version),
-                        text(&meta.traceparent),
-                        text(&meta.tracestate),
-                    )
-                }),
-            )),
-            _ => None,
-        }
-    }
 
     #[test]
     fn a_message_reads_as_its_tree_reads() {
@@ -713,8 +737,8 @@ mod tests {
             r#"{"params":{"\u005fmeta":{"io.modelcontextprotocol\/protocolVersion":"2026-07-\u0032\u0038","io.modelcontextprotocol/clientInfo":{"n\u0061me":"\u00e9"}}}}"#,
         ];
         for body in bodies {
-            let want = oracle(body).unwrap_or_else(|| panic!("the oracle reads {body}"));
-            assert_eq!(read(body), Some(want), "{body}");
+            let want = tree_reading(body.as_bytes()).unwrap_or_else(|e| panic!("{body}: {e}"));
+            assert_eq!(reading(body.as_bytes()), Ok(want), "{body}");
         }
     }
 
@@ -830,11 +854,10 @@ mod tests {
                         depth + 4,
                     ),
                 ] {
-                    let tree = serde_json::from_str::<Value>(&body).map_err(|e| e.to_string());
+                    let tree = tree_reading(body.as_bytes());
                     // The cases straddle the limit: 127 levels are read, 128 are not.
                     assert_eq!(tree.is_ok(), levels <= 127, "{levels} levels: {body:.40}");
-                    let ours = parse(body.as_bytes()).map(|_| ()).map_err(|e| e.to_string());
-                    assert_eq!(ours, tree.map(|_| ()), "{depth} levels of {open}: {body:.40}");
+                    assert_eq!(reading(body.as_bytes()), tree, "{depth} levels of {open}: {body:.40}");
                 }
             }
         }

@@ -8,7 +8,7 @@ pub mod call;
 pub mod cancel;
 mod gate;
 mod legacy;
-mod message;
+pub mod message;
 pub mod modern;
 mod origin;
 pub mod peek;
