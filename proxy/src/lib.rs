@@ -23,5 +23,5 @@ pub mod trace;
 pub mod upstream;
 
 pub use runtime::{CompileError, Runtime};
-pub use server::{start, Running, StartOptions};
+pub use server::{start, Running, StartError, StartOptions};
 pub use toolgate_config as config;

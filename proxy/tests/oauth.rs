@@ -31,14 +31,11 @@ fn oauth_policy(jwks: &str) -> String {
 #[tokio::test]
 async fn oauth_tokens_are_verified_and_refusals_point_to_the_resource_metadata() {
     let key = EcKey::generate("k1");
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
     let dir = temp_dir("oauth-keys");
     std::fs::write(dir.join("jwks.json"), json!({"keys": [key.jwk()]}).to_string()).unwrap();
-    let policy =
-        oauth_policy(&format!("jwksFile: '{}/jwks.json'", dir.to_str().unwrap())).replace("RESOURCE", &resource);
-    let s = setup_on("oauth", &policy, port).await;
-    let metadata_url = format!("http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp");
+    let policy = oauth_policy(&format!("jwksFile: '{}/jwks.json'", dir.to_str().unwrap()));
+    let (s, resource) = setup_resource("oauth", &policy).await;
+    let metadata_url = format!("http://{}/.well-known/oauth-protected-resource/mcp", s.proxy.mcp_addr);
 
     let (status, headers, _) = s.raw(&[], INIT).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -151,10 +148,8 @@ async fn keys_from_a_jwks_url_are_fetched_and_rotated() {
     let (k1, k2) = (EcKey::generate("k1"), EcKey::generate("k2"));
     let doc = Arc::new(Mutex::new(json!({"keys": [k1.jwk()]}).to_string()));
     let jwks = jwks_server(doc.clone()).await;
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
-    let policy = oauth_policy(&format!("jwksUrl: 'http://{jwks}/jwks.json'")).replace("RESOURCE", &resource);
-    let s = setup_on("jwks-url", &policy, port).await;
+    let policy = oauth_policy(&format!("jwksUrl: 'http://{jwks}/jwks.json'"));
+    let (s, resource) = setup_resource("jwks-url", &policy).await;
     let with = |t: String| format!("Bearer {t}");
     assert_eq!(
         s.raw(&[("authorization", &with(k1.sign(&claims(&resource))))], INIT)
@@ -184,13 +179,10 @@ async fn a_reload_keeps_the_fetched_keys_while_the_issuer_is_down() {
     let key = EcKey::generate("k1");
     let doc = Arc::new(Mutex::new(json!({"keys": [key.jwk()]}).to_string()));
     let jwks = jwks_server(doc.clone()).await;
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
     // A refresh interval far longer than the test: only a reload could make the proxy refetch.
     let policy = oauth_policy(&format!("jwksUrl: 'http://{jwks}/jwks.json'"))
-        .replace("RESOURCE", &resource)
         .replace("jwksRefreshSeconds: 1", "jwksRefreshSeconds: 3600");
-    let s = setup_on("jwks-reload", &policy, port).await;
+    let (s, resource) = setup_resource("jwks-reload", &policy).await;
     let bearer = format!("Bearer {}", key.sign(&claims(&resource)));
     assert_eq!(s.raw(&[("authorization", &bearer)], INIT).await.0, StatusCode::OK);
     // The issuer now serves garbage, and a tool edit reloads the config.
@@ -292,11 +284,9 @@ fn jwks_status(s: &Setup) -> toolgate_proxy::policy::jwks::JwksStatus {
 async fn a_stalled_jwks_response_holds_up_no_token_whose_key_is_cached() {
     let k1 = EcKey::generate("k1");
     let jwks = JwksStub::start(json!({"keys": [k1.jwk()]}).to_string()).await;
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
     // jwksRefreshSeconds: 1, so the cached keys are soon due for a (background) refresh.
-    let policy = oauth_policy(&format!("jwksUrl: 'http://{}/jwks.json'", jwks.addr)).replace("RESOURCE", &resource);
-    let s = setup_on("jwks-stall", &policy, port).await;
+    let policy = oauth_policy(&format!("jwksUrl: 'http://{}/jwks.json'", jwks.addr));
+    let (s, resource) = setup_resource("jwks-stall", &policy).await;
     let good = format!("Bearer {}", k1.sign(&claims(&resource)));
     assert_eq!(s.raw(&[("authorization", &good)], INIT).await.0, StatusCode::OK);
     assert_eq!(jwks.requests(), 1);
@@ -377,12 +367,9 @@ async fn a_stalled_jwks_response_holds_up_no_token_whose_key_is_cached() {
 async fn unknown_kids_cause_at_most_one_jwks_fetch_per_interval() {
     let k1 = EcKey::generate("k1");
     let jwks = JwksStub::start(json!({"keys": [k1.jwk()]}).to_string()).await;
-    let port = free_port();
-    let resource = format!("http://127.0.0.1:{port}/mcp");
     let policy = oauth_policy(&format!("jwksUrl: 'http://{}/jwks.json'", jwks.addr))
-        .replace("RESOURCE", &resource)
         .replace("jwksRefreshSeconds: 1", "jwksRefreshSeconds: 60");
-    let s = setup_on("jwks-kids", &policy, port).await;
+    let (s, resource) = setup_resource("jwks-kids", &policy).await;
     let good = format!("Bearer {}", k1.sign(&claims(&resource)));
     assert_eq!(s.raw(&[("authorization", &good)], INIT).await.0, StatusCode::OK);
     assert_eq!(jwks.requests(), 1);
@@ -460,11 +447,9 @@ async fn access_tokens_must_have_an_accepted_typ_and_no_crit() {
         ),
     ];
     for (i, (extra, expect)) in cases.into_iter().enumerate() {
-        let port = free_port();
-        let resource = format!("http://127.0.0.1:{port}/mcp");
+        let policy = format!("{}{extra}", oauth_policy(&jwks));
+        let (s, resource) = setup_resource(&format!("oauth-typ-{i}"), &policy).await;
         let bearer = |header: Value| format!("Bearer {}", key.sign_with_header(&header, &claims(&resource)));
-        let policy = format!("{}{extra}", oauth_policy(&jwks).replace("RESOURCE", &resource));
-        let s = setup_on(&format!("oauth-typ-{i}"), &policy, port).await;
         for (typ, ok) in expect {
             let mut h = json!({"alg": "ES256", "kid": "k1"});
             if let Some(t) = typ {

@@ -102,6 +102,11 @@ pub fn config_with_policy(upstream: SocketAddr, extra_server: &str, policy: &str
 /// Writes `text` to `path` and starts the proxy from it, watching the file every 50 ms (the
 /// tests that edit the config or a file it names see the change within a few polls).
 pub async fn start_watched(path: std::path::PathBuf, text: &str) -> Running {
+    try_start_watched(path, text).await.unwrap()
+}
+
+/// [`start_watched`], with the start's error (a port taken, say) returned.
+pub async fn try_start_watched(path: std::path::PathBuf, text: &str) -> Result<Running, toolgate_proxy::StartError> {
     std::fs::write(&path, text).unwrap();
     let cfg = toolgate_config::parse_yaml(text).unwrap_or_else(|e| panic!("{e}"));
     start(
@@ -113,7 +118,6 @@ pub async fn start_watched(path: std::path::PathBuf, text: &str) -> Running {
         },
     )
     .await
-    .unwrap()
 }
 
 pub struct Harness {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::StatusCode;
 use serde_json::Value;
-use toolgate_proxy::Running;
+use toolgate_proxy::{Running, StartError};
 
 use super::{base_headers, send, Session};
 
@@ -52,7 +52,7 @@ pub fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-pub fn free_port() -> u16 {
+fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -60,9 +60,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Starts the proxy with `policy` (YAML lines under `policy:`; `{dir}` is replaced by a temp
-/// dir holding `credentials.yaml`) and `mcp_port` (0: any).
-pub async fn setup_on(name: &str, policy: &str, mcp_port: u16) -> Setup {
+async fn try_setup(name: &str, policy: &str, mcp_port: u16) -> Result<Setup, StartError> {
     let upstream = toolgate_example_service::spawn().await.unwrap();
     let dir = temp_dir(name);
     std::fs::write(dir.join("credentials.yaml"), CREDENTIALS).unwrap();
@@ -72,13 +70,31 @@ pub async fn setup_on(name: &str, policy: &str, mcp_port: u16) -> Setup {
         "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver: {{listen: '127.0.0.1:{mcp_port}', adminListen: '127.0.0.1:0'}}\nupstream:\n  baseUrl: http://{upstream}\n  credential: {{header: Authorization, file: '{}/upstream-token', prefix: 'Bearer '}}\npolicy:\n{policy}{TOOLS}",
         dir.to_str().unwrap()
     );
-    let proxy = super::start_watched(dir.join("proxy.yaml"), &text).await;
+    let proxy = super::try_start_watched(dir.join("proxy.yaml"), &text).await?;
     let url = format!("http://{}/mcp", proxy.mcp_addr);
-    Setup { proxy, dir, url }
+    Ok(Setup { proxy, dir, url })
 }
 
+/// Starts the proxy with `policy` (YAML lines under `policy:`; `{dir}` is replaced by a temp
+/// dir holding `credentials.yaml`) on any port.
 pub async fn setup(name: &str, policy: &str) -> Setup {
-    setup_on(name, policy, 0).await
+    try_setup(name, policy, 0).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Like [`setup`], with every `RESOURCE` in `policy` replaced by the proxy's own MCP URL
+/// (returned beside it). That URL names the port before the proxy binds it, so the port is
+/// chosen first; when another test's listener takes it in between, another one is chosen.
+pub async fn setup_resource(name: &str, policy: &str) -> (Setup, String) {
+    for _ in 0..5 {
+        let port = free_port();
+        let resource = format!("http://127.0.0.1:{port}/mcp");
+        match try_setup(name, &policy.replace("RESOURCE", &resource), port).await {
+            Ok(s) => return (s, resource),
+            Err(StartError::Bind { source, .. }) if source.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("no free port for {name} after 5 tries");
 }
 
 pub const API_KEYS: &str = "  readOnly: false\n  auth: {mode: apiKey, credentialsFile: '{dir}/credentials.yaml'}\n  audit: {sink: file, path: '{dir}/audit.jsonl', redactArguments: [/cardNumber]}\n";

@@ -43,6 +43,9 @@ pub struct Redis {
     pub ca: Option<PathBuf>,
     dir: PathBuf,
     child: Option<Child>,
+    /// While stopped, the port stays bound without a listener: connections are refused as
+    /// with nothing there, and no other test's listener can take the port before `restart`.
+    held: Option<tokio::net::TcpSocket>,
 }
 
 fn openssl(dir: &std::path::Path, args: &[&str]) {
@@ -133,6 +136,7 @@ impl Redis {
             ca,
             dir,
             child: None,
+            held: None,
         };
         // A port taken between choosing and binding makes redis-server exit: choose again.
         for _ in 0..5 {
@@ -145,6 +149,7 @@ impl Redis {
     }
 
     async fn spawn(&mut self) -> bool {
+        self.held = None;
         let bin = binary("redis-server", "apt-get install redis-server");
         let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
         let port = self.port.to_string();
@@ -234,11 +239,13 @@ impl Redis {
         redis::cmd("KEYS").arg(pattern).query_async(&mut c).await.unwrap()
     }
 
-    /// Kills the server (SIGKILL: no goodbye to clients).
+    /// Kills the server (SIGKILL: no goodbye to clients) and holds its port.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+            let held = hold(self.port).unwrap_or_else(|e| panic!("holding port {}: {e}", self.port));
+            self.held = Some(held);
         }
     }
 
@@ -247,6 +254,15 @@ impl Redis {
         self.stop();
         assert!(self.spawn().await, "redis-server restarts on port {}", self.port);
     }
+}
+
+/// `127.0.0.1:port` bound without listening (reusing the address the killed server's
+/// connections leave in TIME_WAIT, as redis-server itself does).
+fn hold(port: u16) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    Ok(socket)
 }
 
 impl Drop for Redis {
@@ -270,6 +286,10 @@ impl Balancer {
     pub async fn start(backends: &[SocketAddr]) -> Self {
         let bin = binary("nginx", "apt-get install nginx-light");
         let dir = tempdir("nginx");
+        // The port is chosen before nginx binds it, so another test's listener can take it
+        // in between; nginx then retries its bind for seconds while a bare connect reaches
+        // that other listener. Only nginx answers this path with this token.
+        let token = format!("toolgate-balancer-{}-{}", std::process::id(), unique());
         for _ in 0..5 {
             let port = free_port();
             let servers: String = backends
@@ -282,7 +302,7 @@ impl Balancer {
                  events {{ worker_connections 512; }}\n\
                  http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                  \x20 upstream replicas {{\n{servers}  }}\n\
-                 \x20 server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://replicas;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host 127.0.0.1;\n      proxy_buffering off;\n      proxy_read_timeout 60s;\n      proxy_next_upstream error timeout;\n      add_header X-Upstream $upstream_addr always;\n    }}\n  }}\n}}\n"
+                 \x20 server {{\n    listen 127.0.0.1:{port};\n    location = /.toolgate-balancer {{\n      return 200 \"{token}\";\n    }}\n    location / {{\n      proxy_pass http://replicas;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host 127.0.0.1;\n      proxy_buffering off;\n      proxy_read_timeout 60s;\n      proxy_next_upstream error timeout;\n      add_header X-Upstream $upstream_addr always;\n    }}\n  }}\n}}\n"
             );
             std::fs::write(dir.join("nginx.conf"), conf).unwrap();
             let log = std::fs::File::create(dir.join("stderr.log")).unwrap();
@@ -302,7 +322,7 @@ impl Balancer {
                 if child.try_wait().unwrap().is_some() {
                     break;
                 }
-                if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                if answers(addr, &token).await {
                     return Self { addr, dir, child };
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -315,6 +335,27 @@ impl Balancer {
 
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
+    }
+}
+
+/// Whether the server on `addr` answers `GET /.toolgate-balancer` with `token`.
+async fn answers(addr: SocketAddr, token: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        s.write_all(b"GET /.toolgate-balancer HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).await.ok()?;
+        Some(answer)
+    };
+    match tokio::time::timeout(Duration::from_secs(1), exchange).await {
+        Ok(Some(answer)) => {
+            let text = String::from_utf8_lossy(&answer);
+            text.starts_with("HTTP/1.1 200") && text.ends_with(token)
+        }
+        _ => false,
     }
 }
 
