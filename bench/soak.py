@@ -49,10 +49,17 @@ TOOL_TIMEOUT_MS = 400
 ANSWER_WITHIN_S = TOOL_TIMEOUT_MS / 1000 + 2.0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct free loopback ports: every socket is held until all are chosen, so no two
+    picks return the same port."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,7 +250,7 @@ def metric_sum(m, prefix):
 
 async def run(args):
     work = tempfile.mkdtemp(prefix="toolgate-soak-")
-    up, mcp, admin = free_port(), free_port(), free_port()
+    up, mcp, admin = free_ports(3)
     upstream = subprocess.Popen([sys.executable, __file__, "--upstream", str(up)])
     audit = os.path.join(work, "audit.jsonl")
     cfg = os.path.join(work, "proxy.yaml")

@@ -515,9 +515,18 @@ def test_a_proxy_that_is_not_ready_gets_no_traffic(gateway):
     victim = gateway[0]
     ip = victim["status"]["podIP"]
 
+    # kube-proxy's DNAT rule to the pod: the Service's calls go where these rules say.
+    target = f"--to-destination {ip}:{MCP_PORT}"
+
+    def nat() -> str:
+        return subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True).stdout
+
     assert endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is True
+    wait("kube-proxy's rule to the pod", 30, lambda: target in nat())
     ctr("tasks", "kill", "-s", "TERM", container_id(victim, "toolgate-proxy"))
     wait("the draining pod out of the Service", 60, lambda: endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is False)
+    # kube-proxy acts on the same change a little later: no call goes out in between.
+    wait("kube-proxy's rules without the draining pod", 30, lambda: target not in nat())
     failures = []
     for _ in range(30):
         try:

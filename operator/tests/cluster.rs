@@ -401,7 +401,11 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
             .expect("start toolgate-proxy"),
     );
     let admin: std::net::SocketAddr = format!("127.0.0.1:{admin_port}").parse().unwrap();
-    eventually("the proxy ready", WAIT, || async { http_get(admin, "/readyz") }).await;
+    // The proxy's own readiness (it names its config generation), not any server's 200.
+    eventually("the proxy ready", WAIT, || async {
+        http_get(admin, "/readyz").filter(|body| body.contains("\"generation\""))
+    })
+    .await;
 
     let url = format!("http://127.0.0.1:{mcp_port}/mcp");
     let first = mcp_client(&url, Some(("get_customer", json!({"id": "42"}))));

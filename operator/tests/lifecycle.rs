@@ -64,11 +64,20 @@ async fn a_restarted_operator_never_writes_a_partial_config() {
         "a ConfigMap was written with fewer tools than exist: {seen:?}\n{}",
         second.logs()
     );
-    assert_eq!(
+    // The write is counted when its answer is back, which can be after the test sees the
+    // ConfigMap: wait for the count, then check it is one.
+    let writes_total = || {
         second
             .metrics()
             .get("toolgate_operator_api_writes_total{kind=\"ConfigMap\",verb=\"apply\"}")
-            .copied(),
+            .copied()
+    };
+    eventually("the ConfigMap write counted", Duration::from_secs(30), || async {
+        writes_total().filter(|n| *n >= 1.0).map(|_| ())
+    })
+    .await;
+    assert_eq!(
+        writes_total(),
         Some(1.0),
         "one write of the ConfigMap: {:?}",
         second.metrics()

@@ -127,14 +127,7 @@ fn the_published_config_schema_is_current() {
 #[tokio::test]
 async fn sigterm_drains_in_flight_calls_then_exits_zero() {
     let upstream = toolgate_example_service::spawn().await.unwrap();
-    let port = |_: ()| {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (mcp, admin) = (port(()), port(()));
+    let (mcp, admin) = (common::free_port(), common::free_port());
     let audit = std::env::temp_dir().join(format!("toolgate-cli-{}-audit.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&audit);
     let policy = format!(
@@ -195,19 +188,27 @@ async fn sigterm_drains_in_flight_calls_then_exits_zero() {
 #[tokio::test]
 async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
     let upstream = toolgate_example_service::spawn().await.unwrap();
-    let text = common::config_text(upstream, "  shutdownDelaySeconds: 1\n");
+    // Long enough for the session below on a loaded machine; the test waits for the
+    // readiness to fail rather than sleeping, so the delay is all left for the calls.
+    let text = common::config_text(upstream, "  shutdownDelaySeconds: 3\n");
     let proxy = toolgate_proxy::start(toolgate_config::parse_yaml(&text).unwrap(), Default::default())
         .await
         .unwrap();
     let (mcp, admin) = (proxy.mcp_addr, proxy.admin_addr);
     let stopping = tokio::spawn(proxy.shutdown());
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let http = common::client();
-    let ready = http
-        .get(format!("http://{admin}/readyz").parse().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(ready.status(), 503, "readiness fails during the delay");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let ready = http
+            .get(format!("http://{admin}/readyz").parse().unwrap())
+            .await
+            .unwrap();
+        if ready.status() == 503 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "readiness never failed during the delay");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let s = common::Session::open(http, format!("http://{mcp}/mcp"), "2025-06-18").await;
     let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;
     assert_eq!(env["status"], "success", "calls are still served during the delay");

@@ -433,11 +433,9 @@ async fn upstream_failures_become_envelopes_not_protocol_errors() {
     let (env, _) = s.envelope("get_customer", json!({"customerId": "7"})).await;
     assert_eq!(env["status"], "success");
 
-    // An upstream that is down.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // An upstream that is down (its port held, so that no other test's listener takes it).
+    let down = common::hold(0).unwrap();
+    let dead = down.local_addr().unwrap();
     let cfg = toolgate_config::parse_yaml(&common::config_text(dead, "")).unwrap();
     let proxy = toolgate_proxy::start(cfg, Default::default()).await.unwrap();
     let s2 = common::Session::open(common::client(), format!("http://{}/mcp", proxy.mcp_addr), "2025-06-18").await;

@@ -469,7 +469,17 @@ async fn fail_closed_refuses_writes_while_audit_records_cannot_be_written() {
     let admin = s.session("admin-secret-key-3").await;
     let (env, is_error) = admin.envelope("get_customer", json!({"customerId": "42"})).await;
     assert!(!is_error, "{env}");
-    tokio::time::sleep(Duration::from_millis(200)).await; // the record fails to write
+    let readyz = || async {
+        let url = format!("http://{}/readyz", s.proxy.admin_addr);
+        let (_, _, body) = send(&common::client(), "GET", &url, &[], Bytes::new()).await;
+        serde_json::from_slice::<Value>(&body).unwrap()
+    };
+    let healthy = || async { readyz().await["audit"]["healthy"] == true };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while healthy().await {
+        assert!(Instant::now() < deadline, "the record never failed to write");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (env, is_error) = admin
         .envelope("create_ticket", json!({"customerId": "42", "subject": "Router"}))
         .await;
@@ -478,21 +488,20 @@ async fn fail_closed_refuses_writes_while_audit_records_cannot_be_written() {
     assert_eq!(env["errors"][0]["retryable"], true);
     let (env, is_error) = admin.envelope("get_customer", json!({"customerId": "42"})).await;
     assert!(!is_error, "reads keep working: {env}");
-    let (_, _, body) = send(
-        &common::client(),
-        "GET",
-        &format!("http://{}/readyz", s.proxy.admin_addr),
-        &[],
-        Bytes::new(),
-    )
-    .await;
-    let ready: Value = serde_json::from_slice(&body).unwrap();
+    let ready = readyz().await;
     assert_eq!(ready["audit"]["healthy"], false);
     assert!(ready["audit"]["writeFailures"].as_u64().unwrap() >= 1);
     // Once the directory exists, records flow again and writes resume.
     std::fs::create_dir_all(s.dir.join("missing-dir")).unwrap();
-    admin.envelope("get_customer", json!({"customerId": "42"})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        admin.envelope("get_customer", json!({"customerId": "42"})).await;
+        if healthy().await {
+            break;
+        }
+        assert!(Instant::now() < deadline, "records never flowed again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (env, is_error) = admin
         .envelope("create_ticket", json!({"customerId": "42", "subject": "Router"}))
         .await;

@@ -72,6 +72,41 @@ async fn readyz(p: &Running) -> Value {
     serde_json::from_slice(&body).unwrap()
 }
 
+/// Requests the example service on `upstream` has received, the one asking included.
+async fn upstream_requests(upstream: std::net::SocketAddr) -> u64 {
+    let (_, _, body) = common::send(
+        &common::client(),
+        "GET",
+        &format!("http://{upstream}/stats"),
+        &[],
+        bytes::Bytes::new(),
+    )
+    .await;
+    serde_json::from_slice::<Value>(&body).unwrap()["requests"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Refusals are counted in one process-wide series, so a test waiting for its own file to be
+/// refused holds this: another test's refusal then cannot end the wait early.
+static REFUSALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn refusals() -> u64 {
+    toolgate_proxy::metrics::METRICS
+        .config_reloads
+        .with_label_values(&["refused"])
+        .get()
+}
+
+/// Waits until a refusal after `before` was counted.
+async fn wait_refused(before: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while refusals() == before {
+        assert!(Instant::now() < deadline, "the watcher never refused the file");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
     let upstream = toolgate_example_service::spawn().await.unwrap();
@@ -91,8 +126,11 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
     );
     assert_eq!(readyz(&p).await["generation"], 2);
 
+    let refusing = REFUSALS.lock().await;
+    let before = refusals();
     std::fs::write(&path, base.replace("type: object", "type: string")).unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    wait_refused(before).await;
+    drop(refusing);
     assert_eq!(
         p.shared.runtime.load().generation,
         2,
@@ -138,19 +176,11 @@ async fn schemas_compile_on_first_call_and_a_bad_pattern_is_still_refused_at_loa
 
     // A pattern the linear-time engine cannot run is refused when the file is loaded, not on
     // the first call: the generation in force stays, and so does its validation.
-    let refused = || {
-        toolgate_proxy::metrics::METRICS
-            .config_reloads
-            .with_label_values(&["refused"])
-            .get()
-    };
-    let before = refused();
+    let refusing = REFUSALS.lock().await;
+    let before = refusals();
     std::fs::write(&path, base.replace("^[A-Z]{3}$", r"^(a*)*\1b$")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while refused() == before {
-        assert!(Instant::now() < deadline, "the watcher never refused the file");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_refused(before).await;
+    drop(refusing);
     assert_eq!(
         p.shared.runtime.load().generation,
         1,
@@ -212,8 +242,17 @@ async fn in_flight_calls_finish_on_the_config_they_started_with() {
     let p = start_watching(&path).await;
     let s = Arc::new(Session::open(common::client(), format!("http://{}/mcp", p.mcp_addr), "2025-06-18").await);
     let s2 = s.clone();
+    let served = upstream_requests(upstream).await;
     let call = tokio::spawn(async move { s2.envelope("slow", json!({"ms": 250})).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The call is in flight once the upstream has it: it counts requests as they arrive, each
+    // of these questions too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut asked = 1;
+    while upstream_requests(upstream).await <= served + asked {
+        assert!(Instant::now() < deadline, "the slow call never reached the upstream");
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // The new generation no longer has the tool at all.
     let without_slow = base.replace("  - name: slow\n", "  - name: slow_renamed\n");
     std::fs::write(&path, without_slow).unwrap();

@@ -33,7 +33,11 @@ fn key_line(byte: u8) -> String {
     base64::engine::general_purpose::STANDARD.encode([byte; 32])
 }
 
-/// The config of every replica: sealed sessions with `key`, limits in `redis`.
+/// The config of every replica: sealed sessions with `key`, limits in `redis`. The store's
+/// timeout is 500 ms, not the 50 ms default: debug builds on a loaded machine can stall that
+/// long, and a store marked down would turn a shared limit local and a `DELETE` into a 503.
+/// It is no longer: while Redis is stopped, an operation waits out the timeout (the client
+/// keeps reconnecting), so the outage tests take that long per store operation.
 fn config(
     upstream: SocketAddr,
     dir: &std::path::Path,
@@ -52,7 +56,7 @@ fn config(
         "apiVersion: toolgate.dev/v1alpha1\nkind: ProxyConfig\nserver:\n  listen: 127.0.0.1:0\n  adminListen: 127.0.0.1:0\n  shutdownGraceSeconds: 1\n  sessionKeyFile: {d}/session-keys\n\
          upstream:\n  baseUrl: http://{upstream}\n  timeoutMs: 5000\n\
          policy:\n  readOnly: false\n  audit: {{enabled: false}}\n  auth: {{mode: apiKey, credentialsFile: {d}/credentials.yaml}}\n\
-         \x20 rateLimit:\n    perIp: {{requests: 1000000}}\n{policy_extra}    store: {{redis: {{url: '{}', passwordFile: {d}/redis-password, timeoutMs: 200, failurePolicy: {}{}}}}}\n\
+         \x20 rateLimit:\n    perIp: {{requests: 1000000}}\n{policy_extra}    store: {{redis: {{url: '{}', passwordFile: {d}/redis-password, timeoutMs: 500, failurePolicy: {}{}}}}}\n\
          tools:\n{tools}",
         redis.url(),
         failure_policy,

@@ -82,7 +82,9 @@ PIDS+=($!)
 "$BIN_DIR/example-service" --listen "127.0.0.1:$UPSTREAM_PORT" >"$WORK/example-service.log" 2>&1 &
 PIDS+=($!)
 
-# Each replica's config: example/proxy.yaml with its ports, the session key and the store.
+# Each replica's config: example/proxy.yaml with its ports, the session key and the store (a
+# 1 s store timeout, not the 50 ms default: debug builds on a busy machine stall that long, and
+# a store marked down would make a DELETE answer 503).
 upstreams=""
 for ((i = 0; i < REPLICAS; i++)); do
   mcp=${PORTS[3 + 2 * i]} admin=${PORTS[4 + 2 * i]}
@@ -100,7 +102,7 @@ once(r"^(\s*baseUrl:).*$", rf"\g<1> http://127.0.0.1:{upstream}")
 once(r"^(\s*listen:).*$", rf"\g<1> 127.0.0.1:{mcp}")
 once(r"^(\s*adminListen:).*$", rf"\g<1> 127.0.0.1:{admin}")
 once(r"^server:\s*$", f"server:\n  sessionKeyFile: {work}/session-keys")
-once(r"^(  rateLimit:).*$", rf"\g<1>\n    store: {{redis: {{url: 'redis://127.0.0.1:{redis}/0', passwordFile: {work}/redis-password}}}}")
+once(r"^(  rateLimit:).*$", rf"\g<1>\n    store: {{redis: {{url: 'redis://127.0.0.1:{redis}/0', passwordFile: {work}/redis-password, timeoutMs: 1000}}}}")
 open(dst, "w", encoding="utf-8").write(text)
 EOF
   "$BIN_DIR/toolgate-proxy" --config "$WORK/proxy-$i.yaml" >"$WORK/proxy-$i.log" 2>&1 &

@@ -266,8 +266,19 @@ pub fn tool(object: &str, name: &str, extra: Value) -> Value {
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": object}, "spec": spec})
 }
 
+/// A loopback port nothing listens on now, never the same one twice in this process. Two picks
+/// in a row otherwise return the same port about once in 7,000 (binds to port 0 with
+/// SO_REUSEADDR draw from half the ephemeral range), and two operators then race for it under
+/// one lease identity.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// A `toolgate-operator` process watching one namespace.

@@ -16,6 +16,35 @@ use toolgate_proxy::{start, Running, StartOptions};
 pub mod policy;
 pub mod services;
 
+/// A loopback port nothing listens on now, for a server that names its port before it binds
+/// it; never the same one twice in this process. Two picks in a row otherwise return the same
+/// port about once in 7,000 (binds to port 0 with SO_REUSEADDR draw from half the ephemeral
+/// range), and the two servers then race for it.
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+}
+
+/// `127.0.0.1:port` (0: any) bound without listening: connections to it are refused, as with
+/// nothing there, and no other listener can take the port while the socket is kept. It reuses
+/// the address, as servers do, so a server just killed on that port leaves nothing in the way.
+pub fn hold(port: u16) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.set_reuseaddr(true)?;
+    socket.bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
+    Ok(socket)
+}
+
 /// The write tools say `requiredRole: viewer`: the harness serves them to every caller,
 /// anonymous ones included (a write tool needs `operator` unless it says so).
 pub const TOOLS: &str = r#"

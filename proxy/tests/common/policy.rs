@@ -52,14 +52,6 @@ pub fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn try_setup(name: &str, policy: &str, mcp_port: u16) -> Result<Setup, StartError> {
     let upstream = toolgate_example_service::spawn().await.unwrap();
     let dir = temp_dir(name);
@@ -86,7 +78,7 @@ pub async fn setup(name: &str, policy: &str) -> Setup {
 /// chosen first; when another test's listener takes it in between, another one is chosen.
 pub async fn setup_resource(name: &str, policy: &str) -> (Setup, String) {
     for _ in 0..5 {
-        let port = free_port();
+        let port = super::free_port();
         let resource = format!("http://127.0.0.1:{port}/mcp");
         match try_setup(name, &policy.replace("RESOURCE", &resource), port).await {
             Ok(s) => return (s, resource),

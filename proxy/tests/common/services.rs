@@ -2,14 +2,12 @@
 //! (`redis-server`) and an nginx round-robin load balancer. Their absence is a failure, not a
 //! skip: `test.sh` installs them.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use super::{free_port, hold};
 
 fn binary(name: &str, hint: &str) -> PathBuf {
     for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"] {
@@ -149,7 +147,6 @@ impl Redis {
     }
 
     async fn spawn(&mut self) -> bool {
-        self.held = None;
         let bin = binary("redis-server", "apt-get install redis-server");
         let log = std::fs::File::create(self.dir.join("redis.log")).unwrap();
         let port = self.port.to_string();
@@ -188,6 +185,9 @@ impl Redis {
                 return false;
             }
             if self.ping().await {
+                // redis-server reuses the address too, so it binds beside the held socket;
+                // only now, with the server listening, is the port let go.
+                self.held = None;
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -254,15 +254,6 @@ impl Redis {
         self.stop();
         assert!(self.spawn().await, "redis-server restarts on port {}", self.port);
     }
-}
-
-/// `127.0.0.1:port` bound without listening (reusing the address the killed server's
-/// connections leave in TIME_WAIT, as redis-server itself does).
-fn hold(port: u16) -> std::io::Result<tokio::net::TcpSocket> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.set_reuseaddr(true)?;
-    socket.bind(SocketAddr::from(([127, 0, 0, 1], port)))?;
-    Ok(socket)
 }
 
 impl Drop for Redis {
