@@ -110,8 +110,10 @@ def ready_pods(ns: str, selector: str, count: int, containers: int) -> list[dict
     return ps
 
 
-def post(url: str, method: str, params: dict[str, Any], name: str | None = None, timeout: float = 10) -> dict[str, Any]:
-    """One stateless 2026-07-28 request with its headers (no SDK cache in between)."""
+def post(url: str, method: str, params: dict[str, Any], name: str | None = None, timeout: float = 10,
+         client: httpx.Client | None = None) -> dict[str, Any]:
+    """One stateless 2026-07-28 request with its headers (no SDK cache in between), on a new
+    connection or on `client`'s kept-alive ones."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -126,7 +128,7 @@ def post(url: str, method: str, params: dict[str, Any], name: str | None = None,
     if name:
         headers["mcp-name"] = name
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
-    r = httpx.post(url, json=body, headers=headers, timeout=timeout)
+    r = (client or httpx).post(url, json=body, headers=headers, timeout=timeout)
     r.raise_for_status()
     return r.json()
 
@@ -136,8 +138,9 @@ def tool_descriptions(url: str) -> dict[str, str]:
     return {t["name"]: t.get("description", "") for t in result["tools"]}
 
 
-def call_ok(url: str, timeout: float = 10) -> bool:
-    r = post(url, "tools/call", {"name": "get_customer", "arguments": {"customerId": "42"}}, "get_customer", timeout)
+def call_ok(url: str, timeout: float = 10, client: httpx.Client | None = None) -> bool:
+    r = post(url, "tools/call", {"name": "get_customer", "arguments": {"customerId": "42"}}, "get_customer", timeout,
+             client)
     return r["result"]["structuredContent"]["status"] == "success"
 
 
@@ -167,10 +170,12 @@ def container_id(p: dict[str, Any], name: str) -> str:
 
 
 class Caller:
-    """Calls get_customer on each URL in a loop in the background; counts failures."""
+    """Calls get_customer on each URL in a loop in the background; counts failures. With
+    keep_alive, the calls reuse their connections as an SDK's HTTP client does."""
 
-    def __init__(self, urls: list[str]):
+    def __init__(self, urls: list[str], keep_alive: bool = False):
         self.urls, self.calls, self.failures = urls, 0, []
+        self._client = httpx.Client() if keep_alive else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -178,10 +183,10 @@ class Caller:
         while not self._stop.is_set():
             for u in self.urls:
                 try:
-                    if not call_ok(u):
-                        self.failures.append((u, "status not success"))
+                    if not call_ok(u, client=self._client):
+                        self.failures.append((u, "status not success", round(time.monotonic(), 1)))
                 except Exception as e:  # noqa: BLE001 - every failure is reported
-                    self.failures.append((u, repr(e)))
+                    self.failures.append((u, repr(e), round(time.monotonic(), 1)))
                 self.calls += 1
             time.sleep(0.05)
 
@@ -192,6 +197,8 @@ class Caller:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(timeout=30)
+        if self._client:
+            self._client.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,6 +472,9 @@ spec:
   upstream: {{service: {{name: shop-api, port: 8080}}, timeoutMs: 10000}}
   readOnly: false
   auth: {{mode: none}}
+  # Every test call comes from the node's address: the rollout test's two callers alone make
+  # more than the default 120 a minute.
+  rateLimit: {{perIp: {{requests: 100000, windowSeconds: 60}}, perIdentity: {{requests: 100000, windowSeconds: 60}}}}
 """
 
 
@@ -536,6 +546,27 @@ def test_a_proxy_that_is_not_ready_gets_no_traffic(gateway):
             failures.append(repr(e))
     assert failures == [], failures[:3]
     wait("the pod back in the Service", 120, lambda: endpoints_ready(GATEWAY_NS, "shop-mcp").get(ip) is True)
+
+
+def test_a_rolling_restart_of_the_gateway_fails_no_call(gateway):
+    """kubectl rollout restart while two clients call through the ClusterIP, one on a new
+    connection per call and one keeping its connection alive: each deleted gateway pod keeps
+    serving through its shutdown delay while kube-proxy drops it, and answers with `Connection:
+    close`, so the kept-alive client moves to a pod that stays. No call fails."""
+    url = service_url(GATEWAY_NS, "shop-mcp")
+    selector = "app.kubernetes.io/instance=shop,app.kubernetes.io/component=gateway"
+    before = {p["metadata"]["name"] for p in pods(GATEWAY_NS, selector)}
+    started = time.monotonic()
+    with Caller([url]) as fresh, Caller([url], keep_alive=True) as kept:
+        kubectl("rollout", "restart", "deployment", "shop-gateway", "-n", GATEWAY_NS)
+        kubectl("rollout", "status", "deployment", "shop-gateway", "-n", GATEWAY_NS, "--timeout=180s")
+        wait("the old gateway pods gone", 120,
+             lambda: not before & {p["metadata"]["name"] for p in pods(GATEWAY_NS, selector)})
+    for name, caller in (("new connections", fresh), ("kept-alive connection", kept)):
+        assert caller.calls > 20, (name, caller.calls)
+        assert caller.failures == [], (name, round(time.monotonic() - started, 1), caller.failures[:5])
+    FIGURES["gateway_rollout"] = {"s": round(time.monotonic() - started, 1), "calls": fresh.calls + kept.calls,
+                                  "failed": len(fresh.failures) + len(kept.failures)}
 
 
 def test_report_figures():

@@ -195,8 +195,20 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
         .await
         .unwrap();
     let (mcp, admin) = (proxy.mcp_addr, proxy.admin_addr);
-    let stopping = tokio::spawn(proxy.shutdown());
     let http = common::client();
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let initialize = || async {
+        let url = format!("http://{mcp}/mcp");
+        common::send(&http, "POST", &url, &common::base_headers(), init.to_string().into()).await
+    };
+    let (status, headers, _) = initialize().await;
+    assert_eq!(status, 200);
+    assert!(
+        !headers.contains_key("connection"),
+        "connections are kept alive: {headers:?}"
+    );
+    let stopping = tokio::spawn(proxy.shutdown());
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let ready = http
@@ -209,6 +221,12 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
         assert!(Instant::now() < deadline, "readiness never failed during the delay");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let (status, headers, _) = initialize().await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["connection"], "close",
+        "a draining proxy sends its keep-alive clients elsewhere"
+    );
     let s = common::Session::open(http, format!("http://{mcp}/mcp"), "2025-06-18").await;
     let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;
     assert_eq!(env["status"], "success", "calls are still served during the delay");

@@ -177,6 +177,15 @@ pub fn configmap_name(server: &McpServer) -> String {
     format!("{}-toolgate", server.metadata.name.as_deref().unwrap_or_default())
 }
 
+/// How long a gateway proxy keeps serving after SIGTERM, with `/readyz` failing, before it
+/// closes its listeners. A deleted pod leaves the Service's EndpointSlice at once, but every
+/// node's kube-proxy (or other dataplane) drops it from its rules a little later; a listener
+/// closed meanwhile refuses the calls still sent to it. Five seconds, as Istio's default
+/// drain, plus the 20 s grace for calls in flight stays inside the pod's 30 s termination
+/// grace. A sidecar needs none: it is stopped only after the application's containers have
+/// exited, which is later still.
+pub const GATEWAY_SHUTDOWN_DELAY_SECONDS: u64 = 5;
+
 /// Renders `server` with the `tools` it selected (any order).
 pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
     let spec = &server.spec;
@@ -227,6 +236,10 @@ pub fn render(server: &McpServer, tools: &[McpTool]) -> Rendered {
         file
     });
     let server_cfg = ServerConfig {
+        shutdown_delay_seconds: match spec.mode {
+            ServerMode::Gateway => GATEWAY_SHUTDOWN_DELAY_SECONDS,
+            ServerMode::Sidecar => 0,
+        },
         session_ttl_seconds: crate::crd::ServerSessions::ttl_seconds(sessions),
         session_key_file,
         listen: format!("0.0.0.0:{}", spec.port),

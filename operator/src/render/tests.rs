@@ -255,6 +255,21 @@ fn gateway_mode_calls_the_service_by_its_cluster_name() {
 }
 
 #[test]
+fn a_gateway_keeps_serving_while_its_pod_leaves_the_service_and_a_sidecar_does_not_wait() {
+    let gateway = McpServer::test("shop").with(json!({"mode": "Gateway", "workloadRef": null, "upstream": {"port": null, "service": {"name": "shop-api", "port": 80}}}));
+    let r = render(&gateway, &[]);
+    assert_eq!(r.config.server.shutdown_delay_seconds, 5);
+    // Delay and grace for calls in flight both fit in the pod's termination grace.
+    let deployment = crate::objects::gateway(&gateway, &r, &crate::inject::ProxyDefaults::default());
+    let termination = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
+    assert!(r.config.server.shutdown_delay_seconds + r.config.server.shutdown_grace_seconds < termination);
+    let sidecar = render(&McpServer::test("shop"), &[]);
+    assert_eq!(sidecar.config.server.shutdown_delay_seconds, 0);
+}
+
+#[test]
 fn bad_server_settings_are_problems_not_a_config() {
     let s = McpServer::test("shop").with(json!({"rateLimit": {"trustedProxies": ["not-a-cidr"]}}));
     let r = render(&s, &[]);

@@ -261,7 +261,15 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
     if otel::enabled() {
         record.info.trace_state = header_str(req.headers(), &TRACESTATE).map(|s| prefix(s, 512).to_owned());
     }
-    let resp = serve(shared, req, peer, &mut record.info).await;
+    let draining = shared.draining.load(Ordering::Relaxed);
+    let mut resp = serve(shared, req, peer, &mut record.info).await;
+    if draining {
+        // Shutting down (the shutdown delay): the client's next request opens a new
+        // connection, which the Service sends to a replica that stays, rather than reusing
+        // this one until the listener closes under it.
+        resp.headers_mut()
+            .insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
     let tool_error = resp.extensions().get::<ToolError>().is_some();
     record.finish(
         resp.status(),
