@@ -91,6 +91,13 @@ pub fn gateway_selector(server: &McpServer) -> BTreeMap<String, String> {
 }
 
 /// The gateway Deployment: the proxy alone, in front of `upstream.service`.
+/// The gateway pod's termination grace: the proxy's whole shutdown (the delay, then one grace
+/// for connections and the calls that outlive them, then up to 5 s flushing audit records and
+/// 2 s exporting spans) and a margin, so the kubelet never kills a draining proxy.
+pub fn termination_grace_seconds(server: &toolgate_config::ServerConfig) -> u64 {
+    server.shutdown_delay_seconds + server.shutdown_grace_seconds + 15
+}
+
 pub fn gateway(server: &McpServer, rendered: &Rendered, defaults: &ProxyDefaults) -> Value {
     let selector = gateway_selector(server);
     let mut pod_labels = labels(server, "gateway");
@@ -112,7 +119,7 @@ pub fn gateway(server: &McpServer, rendered: &Rendered, defaults: &ProxyDefaults
                     "automountServiceAccountToken": false,
                     "enableServiceLinks": false,
                     "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "terminationGracePeriodSeconds": 30,
+                    "terminationGracePeriodSeconds": termination_grace_seconds(&rendered.config.server),
                     "containers": [container],
                     "volumes": proxy_volumes(server, &rendered.mounts)
                 }

@@ -91,14 +91,18 @@ impl Running {
             );
             tokio::time::sleep(Duration::from_secs(delay)).await;
         }
+        // One grace for open connections and for the upstream calls that outlive them, so the
+        // whole shutdown is bounded by delay + grace + the audit flush below (5 s), which the
+        // operator's termination grace for a gateway pod covers.
+        let grace = Duration::from_secs(self.shared.runtime.load().config.server.shutdown_grace_seconds);
+        let deadline = tokio::time::Instant::now() + grace;
         let _ = self.stop.send(true);
         for t in self.tasks {
             let _ = t.await;
         }
-        // Upstream calls outlive their connections; give them the same grace, then write out
-        // the audit records still queued.
-        let grace = Duration::from_secs(self.shared.runtime.load().config.server.shutdown_grace_seconds);
-        if !self.shared.in_flight.wait_idle(grace).await {
+        // Then write out the audit records still queued.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !self.shared.in_flight.wait_idle(left).await {
             tracing::warn!("upstream calls still running after the grace period");
         }
         if !self.shared.auditor.load().flush(Duration::from_secs(5)).await {

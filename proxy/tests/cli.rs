@@ -221,11 +221,28 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
         assert!(Instant::now() < deadline, "readiness never failed during the delay");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (status, headers, _) = initialize().await;
-    assert_eq!(status, 200);
-    assert_eq!(
-        headers["connection"], "close",
-        "a draining proxy sends its keep-alive clients elsewhere"
+    // A keep-alive request: the draining proxy answers it, says so, and closes the connection
+    // (well before the delay ends, when every connection would close anyway).
+    let answer = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = init.to_string();
+        let mut c = tokio::net::TcpStream::connect(mcp).await.unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {mcp}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        c.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(1), c.read_to_end(&mut answer))
+            .await
+            .expect("the connection is closed after the answer")
+            .unwrap();
+        String::from_utf8(answer).unwrap().to_ascii_lowercase()
+    };
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(
+        answer.contains("\r\nconnection: close\r\n"),
+        "a draining proxy sends its keep-alive clients elsewhere: {answer}"
     );
     let s = common::Session::open(http, format!("http://{mcp}/mcp"), "2025-06-18").await;
     let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;

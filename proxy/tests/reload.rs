@@ -72,6 +72,15 @@ async fn readyz(p: &Running) -> Value {
     serde_json::from_slice(&body).unwrap()
 }
 
+/// Replaces the config file at once (a new file renamed over it), as a ConfigMap update or an
+/// editor's save does: the watcher never reads it half-written, so every refusal it counts is
+/// of a file a test meant to be invalid.
+fn write_config(path: &Path, text: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let tmp = path.with_extension("yaml.tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
 /// Requests the example service on `upstream` has received, the one asking included.
 async fn upstream_requests(upstream: std::net::SocketAddr) -> u64 {
     let (_, _, body) = common::send(
@@ -88,7 +97,8 @@ async fn upstream_requests(upstream: std::net::SocketAddr) -> u64 {
 }
 
 /// Refusals are counted in one process-wide series, so a test waiting for its own file to be
-/// refused holds this: another test's refusal then cannot end the wait early.
+/// refused holds this: another test's refusal then cannot end the wait early (the other tests
+/// write only valid configs, each at once).
 static REFUSALS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn refusals() -> u64 {
@@ -113,12 +123,12 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
     let dir = temp_dir("apply");
     let path = dir.join("proxy.yaml");
     let base = config_text(upstream, "");
-    std::fs::write(&path, &base).unwrap();
+    write_config(&path, &base).unwrap();
     let p = start_watching(&path).await;
     let s = Session::open(common::client(), format!("http://{}/mcp", p.mcp_addr), "2025-06-18").await;
     assert!(!tool_names(&s).await.contains(&"added_later".to_string()));
 
-    std::fs::write(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
+    write_config(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
     wait_for_generation(&p, 2).await;
     assert!(
         tool_names(&s).await.contains(&"added_later".to_string()),
@@ -128,7 +138,7 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
 
     let refusing = REFUSALS.lock().await;
     let before = refusals();
-    std::fs::write(&path, base.replace("type: object", "type: string")).unwrap();
+    write_config(&path, base.replace("type: object", "type: string")).unwrap();
     wait_refused(before).await;
     drop(refusing);
     assert_eq!(
@@ -140,7 +150,7 @@ async fn a_changed_file_is_applied_and_an_invalid_one_is_refused() {
     let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;
     assert_eq!(env["status"], "success");
 
-    std::fs::write(&path, &base).unwrap();
+    write_config(&path, &base).unwrap();
     wait_for_generation(&p, 3).await;
     assert!(!tool_names(&s).await.contains(&"added_later".to_string()));
     p.shutdown().await;
@@ -154,7 +164,7 @@ async fn schemas_compile_on_first_call_and_a_bad_pattern_is_still_refused_at_loa
     let dir = temp_dir("lazy");
     let path = dir.join("proxy.yaml");
     let base = format!("{}{PATTERNED_TOOL}", config_text(upstream, ""));
-    std::fs::write(&path, &base).unwrap();
+    write_config(&path, &base).unwrap();
     let p = start_watching(&path).await;
     let rt = p.shared.runtime.load_full();
     let patterned = &rt.tool("patterned").unwrap().input;
@@ -178,7 +188,7 @@ async fn schemas_compile_on_first_call_and_a_bad_pattern_is_still_refused_at_loa
     // the first call: the generation in force stays, and so does its validation.
     let refusing = REFUSALS.lock().await;
     let before = refusals();
-    std::fs::write(&path, base.replace("^[A-Z]{3}$", r"^(a*)*\1b$")).unwrap();
+    write_config(&path, base.replace("^[A-Z]{3}$", r"^(a*)*\1b$")).unwrap();
     wait_refused(before).await;
     drop(refusing);
     assert_eq!(
@@ -199,9 +209,9 @@ async fn a_change_made_before_the_first_check_is_applied() {
     let dir = temp_dir("early");
     let path = dir.join("proxy.yaml");
     let base = config_text(upstream, "");
-    std::fs::write(&path, &base).unwrap();
+    write_config(&path, &base).unwrap();
     let (cfg, sha) = toolgate_proxy::reload::load_file_with_digest(&path).unwrap();
-    std::fs::write(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
+    write_config(&path, format!("{base}{EXTRA_TOOL}")).unwrap();
     let p = watch_from(&path, cfg, sha).await;
     assert!(p.shared.runtime.load().tool("added_later").is_none());
     wait_for_generation(&p, 2).await;
@@ -238,7 +248,7 @@ async fn in_flight_calls_finish_on_the_config_they_started_with() {
     let dir = temp_dir("inflight");
     let path = dir.join("proxy.yaml");
     let base = config_text(upstream, "");
-    std::fs::write(&path, &base).unwrap();
+    write_config(&path, &base).unwrap();
     let p = start_watching(&path).await;
     let s = Arc::new(Session::open(common::client(), format!("http://{}/mcp", p.mcp_addr), "2025-06-18").await);
     let s2 = s.clone();
@@ -255,7 +265,7 @@ async fn in_flight_calls_finish_on_the_config_they_started_with() {
     }
     // The new generation no longer has the tool at all.
     let without_slow = base.replace("  - name: slow\n", "  - name: slow_renamed\n");
-    std::fs::write(&path, without_slow).unwrap();
+    write_config(&path, without_slow).unwrap();
     wait_for_generation(&p, 2).await;
     let (env, is_error) = call.await.unwrap();
     assert!(!is_error, "{env}");
@@ -270,7 +280,7 @@ async fn reload_under_load_loses_no_call() {
     let dir = temp_dir("load");
     let path = dir.join("proxy.yaml");
     let base = config_text(upstream, "");
-    std::fs::write(&path, &base).unwrap();
+    write_config(&path, &base).unwrap();
     let p = start_watching(&path).await;
     let url = format!("http://{}/mcp", p.mcp_addr);
     let ok = Arc::new(AtomicU64::new(0));
@@ -293,7 +303,7 @@ async fn reload_under_load_loses_no_call() {
         } else {
             base.replace("Returns one customer.", &format!("Returns one customer (v{i})."))
         };
-        std::fs::write(&path, text).unwrap();
+        write_config(&path, text).unwrap();
         wait_for_generation(&p, i + 2).await;
     }
     stop.store(true, Ordering::Relaxed);

@@ -36,8 +36,8 @@ fn key_line(byte: u8) -> String {
 /// The config of every replica: sealed sessions with `key`, limits in `redis`. The store's
 /// timeout is 500 ms, not the 50 ms default: debug builds on a loaded machine can stall that
 /// long, and a store marked down would turn a shared limit local and a `DELETE` into a 503.
-/// It is no longer: while Redis is stopped, an operation waits out the timeout (the client
-/// keeps reconnecting), so the outage tests take that long per store operation.
+/// While Redis is stopped, an operation waits out the timeout (the client keeps reconnecting),
+/// so the outage tests take that long per store operation that is not skipped.
 fn config(
     upstream: SocketAddr,
     dir: &std::path::Path,

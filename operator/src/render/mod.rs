@@ -181,9 +181,9 @@ pub fn configmap_name(server: &McpServer) -> String {
 /// closes its listeners. A deleted pod leaves the Service's EndpointSlice at once, but every
 /// node's kube-proxy (or other dataplane) drops it from its rules a little later; a listener
 /// closed meanwhile refuses the calls still sent to it. Five seconds, as Istio's default
-/// drain, plus the 20 s grace for calls in flight stays inside the pod's 30 s termination
-/// grace. A sidecar needs none: it is stopped only after the application's containers have
-/// exited, which is later still.
+/// drain; the gateway pod's termination grace covers it ([`crate::objects::termination_grace_seconds`]).
+/// A sidecar needs none: it is stopped only after the application's containers have exited,
+/// which is later still.
 pub const GATEWAY_SHUTDOWN_DELAY_SECONDS: u64 = 5;
 
 /// Renders `server` with the `tools` it selected (any order).

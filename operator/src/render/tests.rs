@@ -259,12 +259,15 @@ fn a_gateway_keeps_serving_while_its_pod_leaves_the_service_and_a_sidecar_does_n
     let gateway = McpServer::test("shop").with(json!({"mode": "Gateway", "workloadRef": null, "upstream": {"port": null, "service": {"name": "shop-api", "port": 80}}}));
     let r = render(&gateway, &[]);
     assert_eq!(r.config.server.shutdown_delay_seconds, 5);
-    // Delay and grace for calls in flight both fit in the pod's termination grace.
+    // The whole shutdown fits in the pod's termination grace: the delay, one grace for
+    // connections and calls in flight, the audit flush (5 s) and the span export (2 s).
     let deployment = crate::objects::gateway(&gateway, &r, &crate::inject::ProxyDefaults::default());
     let termination = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         .as_u64()
         .unwrap();
-    assert!(r.config.server.shutdown_delay_seconds + r.config.server.shutdown_grace_seconds < termination);
+    let server = &r.config.server;
+    assert!(server.shutdown_delay_seconds + server.shutdown_grace_seconds + 5 + 2 < termination);
+    assert_eq!(termination, 40);
     let sidecar = render(&McpServer::test("shop"), &[]);
     assert_eq!(sidecar.config.server.shutdown_delay_seconds, 0);
 }

@@ -36,8 +36,10 @@ pub fn free_port() -> u16 {
 }
 
 /// `127.0.0.1:port` (0: any) bound without listening: connections to it are refused, as with
-/// nothing there, and no other listener can take the port while the socket is kept. It reuses
-/// the address, as servers do, so a server just killed on that port leaves nothing in the way.
+/// nothing there, and while the socket is kept no bind to port 0 is given this port. A server
+/// that binds it by number with SO_REUSEADDR (as redis-server does) still can, beside it: that
+/// is how a restarted server gets its port back. It reuses the address itself, so a server
+/// just killed on that port leaves nothing in the way.
 pub fn hold(port: u16) -> std::io::Result<tokio::net::TcpSocket> {
     let socket = tokio::net::TcpSocket::new_v4()?;
     socket.set_reuseaddr(true)?;
