@@ -4,6 +4,7 @@
 # a test: nothing is asserted.
 #
 #   bench/callgrind.sh                 CALLS (default 2000) calls per path after 200 warm-up calls
+#   KEEP_DIR=/tmp/cg bench/callgrind.sh  also keep each path's callgrind output (callgrind_annotate)
 #
 # For each path the release proxy (100 tools, bench/config.py) runs under callgrind with
 # instrumentation off until 200 warm-up calls are done, then on (50 more calls), and the counts
@@ -30,7 +31,16 @@ BIN="$target_dir/release"
 PROXY_BIN=${PROXY_BIN:-$BIN/toolgate-proxy}
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+# KEEP_DIR: a directory to copy each path's callgrind output into, for callgrind_annotate.
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ -n "${KEEP_DIR:-}" ]]; then
+    mkdir -p "$KEEP_DIR"
+    for f in "$work"/*/callgrind.out*; do [[ -e "$f" ]] && cp "$f" "$KEEP_DIR/$(basename "$(dirname "$f")").$(basename "$f")"; done
+  fi
+  rm -rf "$work"
+}
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port)

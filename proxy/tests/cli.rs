@@ -190,7 +190,10 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
     let upstream = toolgate_example_service::spawn().await.unwrap();
     // Long enough for the session below on a loaded machine; the test waits for the
     // readiness to fail rather than sleeping, so the delay is all left for the calls.
-    let text = common::config_text(upstream, "  shutdownDelaySeconds: 3\n");
+    // The slow tool may take a second here (its upstream timeout is 300 ms in the common config).
+    let base = common::config_text(upstream, "  shutdownDelaySeconds: 4\n");
+    let text = base.replace("timeoutMs: 300}", "timeoutMs: 5000}");
+    assert_ne!(text, base, "the slow tool's timeout is raised");
     let proxy = toolgate_proxy::start(toolgate_config::parse_yaml(&text).unwrap(), Default::default())
         .await
         .unwrap();
@@ -208,6 +211,18 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
         !headers.contains_key("connection"),
         "connections are kept alive: {headers:?}"
     );
+    // A keep-alive call already in flight when the shutdown starts: its answer, produced during
+    // the delay, sends its client elsewhere too.
+    let s = common::Session::open(http.clone(), format!("http://{mcp}/mcp"), "2025-06-18").await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "slow", "arguments": {"ms": 1000}}});
+    let served = common::upstream_requests(&http, upstream).await;
+    let in_flight = tokio::spawn(raw_keep_alive(
+        mcp,
+        call.to_string(),
+        format!("mcp-session-id: {}\r\nmcp-protocol-version: 2025-06-18\r\n", s.id),
+    ));
+    common::wait_upstream_received(&http, upstream, served).await;
     let stopping = tokio::spawn(proxy.shutdown());
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -223,30 +238,47 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
     }
     // A keep-alive request: the draining proxy answers it, says so, and closes the connection
     // (well before the delay ends, when every connection would close anyway).
-    let answer = {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let body = init.to_string();
-        let mut c = tokio::net::TcpStream::connect(mcp).await.unwrap();
-        let head = format!(
-            "POST /mcp HTTP/1.1\r\nHost: {mcp}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        );
-        c.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        tokio::time::timeout(Duration::from_secs(1), c.read_to_end(&mut answer))
-            .await
-            .expect("the connection is closed after the answer")
-            .unwrap();
-        String::from_utf8(answer).unwrap().to_ascii_lowercase()
-    };
+    let answer = raw_keep_alive(mcp, init.to_string(), String::new()).await;
     assert!(answer.starts_with("http/1.1 200"), "{answer}");
     assert!(
         answer.contains("\r\nconnection: close\r\n"),
         "a draining proxy sends its keep-alive clients elsewhere: {answer}"
+    );
+    let answer = in_flight.await.unwrap();
+    assert!(
+        answer.starts_with("http/1.1 200") && answer.contains("\\\"slept\\\":1000"),
+        "the call in flight is served: {answer}"
+    );
+    assert!(
+        answer.contains("\r\nconnection: close\r\n"),
+        "a call in flight when the shutdown started sends its client elsewhere too: {answer}"
     );
     let s = common::Session::open(http, format!("http://{mcp}/mcp"), "2025-06-18").await;
     let (env, _) = s.envelope("get_customer", json!({"customerId": "42"})).await;
     assert_eq!(env["status"], "success", "calls are still served during the delay");
     stopping.await.unwrap();
     assert!(std::net::TcpStream::connect(mcp).is_err());
+}
+
+/// Sends one MCP POST with `body` on a new HTTP/1.1 connection that asks to be kept alive, and
+/// returns the whole answer (lowercased), read until the proxy closes the connection: within a
+/// second of the answer, or the test fails.
+async fn raw_keep_alive(mcp: std::net::SocketAddr, body: String, extra_headers: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(mcp).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {mcp}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\n{extra_headers}content-length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    // The head first (the call may take its time), then the close.
+    let mut buf = [0u8; 4096];
+    let n = c.read(&mut buf).await.unwrap();
+    answer.extend_from_slice(&buf[..n]);
+    tokio::time::timeout(Duration::from_secs(1), c.read_to_end(&mut answer))
+        .await
+        .expect("the connection is closed after the answer")
+        .unwrap();
+    String::from_utf8(answer).unwrap().to_ascii_lowercase()
 }

@@ -82,20 +82,6 @@ fn write_config(path: &Path, text: impl AsRef<[u8]>) -> std::io::Result<()> {
 }
 
 /// Requests the example service on `upstream` has received, the one asking included.
-async fn upstream_requests(upstream: std::net::SocketAddr) -> u64 {
-    let (_, _, body) = common::send(
-        &common::client(),
-        "GET",
-        &format!("http://{upstream}/stats"),
-        &[],
-        bytes::Bytes::new(),
-    )
-    .await;
-    serde_json::from_slice::<Value>(&body).unwrap()["requests"]
-        .as_u64()
-        .unwrap()
-}
-
 /// Refusals are counted in one process-wide series, so a test waiting for its own file to be
 /// refused holds this: another test's refusal then cannot end the wait early (the other tests
 /// write only valid configs, each at once).
@@ -252,17 +238,10 @@ async fn in_flight_calls_finish_on_the_config_they_started_with() {
     let p = start_watching(&path).await;
     let s = Arc::new(Session::open(common::client(), format!("http://{}/mcp", p.mcp_addr), "2025-06-18").await);
     let s2 = s.clone();
-    let served = upstream_requests(upstream).await;
+    let http = common::client();
+    let served = common::upstream_requests(&http, upstream).await;
     let call = tokio::spawn(async move { s2.envelope("slow", json!({"ms": 250})).await });
-    // The call is in flight once the upstream has it: it counts requests as they arrive, each
-    // of these questions too.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut asked = 1;
-    while upstream_requests(upstream).await <= served + asked {
-        assert!(Instant::now() < deadline, "the slow call never reached the upstream");
-        asked += 1;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::wait_upstream_received(&http, upstream, served).await;
     // The new generation no longer has the tool at all.
     let without_slow = base.replace("  - name: slow\n", "  - name: slow_renamed\n");
     write_config(&path, without_slow).unwrap();

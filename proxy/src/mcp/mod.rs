@@ -261,9 +261,10 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
     if otel::enabled() {
         record.info.trace_state = header_str(req.headers(), &TRACESTATE).map(|s| prefix(s, 512).to_owned());
     }
-    let draining = shared.draining.load(Ordering::Relaxed);
-    let mut resp = serve(shared, req, peer, &mut record.info).await;
-    if draining {
+    let mut resp = serve(&shared, req, peer, &mut record.info).await;
+    // Read when the response is ready, not when the request came, so that a call in flight
+    // at SIGTERM also sends its client away.
+    if shared.draining.load(Ordering::Relaxed) {
         // Shutting down (the shutdown delay): the client's next request opens a new
         // connection, which the Service sends to a replica that stays, rather than reusing
         // this one until the listener closes under it.
@@ -280,7 +281,7 @@ pub async fn handle(shared: Arc<Shared>, req: Request<hyper::body::Incoming>, pe
 }
 
 async fn serve(
-    shared: Arc<Shared>,
+    shared: &Arc<Shared>,
     req: Request<hyper::body::Incoming>,
     peer: SocketAddr,
     info: &mut RequestInfo,
@@ -314,15 +315,15 @@ async fn serve(
         if req.method() == Method::POST {
             let (parts, body) = req.into_parts();
             let ip = client_ip(&rt, &parts, peer);
-            refuse_unread(&shared, body, ip, "denied", reason, info).await;
+            refuse_unread(shared, body, ip, "denied", reason, info).await;
         }
         return rpc_error(StatusCode::FORBIDDEN, None, code::INVALID_REQUEST, message, None);
     }
     let mut resp = match *req.method() {
-        Method::POST => post(&shared, &rt, req, peer, info).await,
+        Method::POST => post(shared, &rt, req, peer, info).await,
         Method::DELETE => {
             info.method = "DELETE";
-            legacy::delete(&shared, &rt, req, peer, info.trace).await
+            legacy::delete(shared, &rt, req, peer, info.trace).await
         }
         Method::OPTIONS if origin.is_some() => preflight(),
         _ => {

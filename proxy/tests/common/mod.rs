@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -144,7 +145,7 @@ pub async fn try_start_watched(path: std::path::PathBuf, text: &str) -> Result<R
         cfg,
         StartOptions {
             config_path: Some(path),
-            reload_interval: std::time::Duration::from_millis(50),
+            reload_interval: Duration::from_millis(50),
             ..StartOptions::default()
         },
     )
@@ -193,22 +194,34 @@ impl Harness {
 
     /// Counts requests the upstream has served (including this one).
     pub async fn upstream_requests(&self) -> u64 {
-        let (_, _, body) = send(
-            &self.http,
-            "GET",
-            &format!("http://{}/stats", self.upstream),
-            &[],
-            Bytes::new(),
-        )
-        .await;
-        serde_json::from_slice::<Value>(&body).unwrap()["requests"]
-            .as_u64()
-            .unwrap()
+        upstream_requests(&self.http, self.upstream).await
     }
 
     /// An initialized session at `version`.
     pub async fn session(&self, version: &str) -> Session {
         Session::open(self.http.clone(), self.url(), version).await
+    }
+}
+
+/// Counts requests the example service at `upstream` has received (including this one), from
+/// its `/stats`: a test waits on it for a call to have reached the upstream.
+pub async fn upstream_requests(http: &Client<HttpConnector, Full<Bytes>>, upstream: SocketAddr) -> u64 {
+    let (_, _, body) = send(http, "GET", &format!("http://{upstream}/stats"), &[], Bytes::new()).await;
+    serde_json::from_slice::<Value>(&body).unwrap()["requests"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Waits until the example service at `upstream` has received a request beyond `served` (what
+/// [`upstream_requests`] said before it was sent): that request is then in flight. Each poll is
+/// a request to the service too, and is counted as such.
+pub async fn wait_upstream_received(http: &Client<HttpConnector, Full<Bytes>>, upstream: SocketAddr, served: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut asked = 1;
+    while upstream_requests(http, upstream).await <= served + asked {
+        assert!(Instant::now() < deadline, "the request never reached the upstream");
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
