@@ -150,6 +150,8 @@ where
                         // Stale OAuth keys are reported, not failed on: failing readiness during an
                         // identity provider's outage would take every replica out at once.
                         "jwks": rt.auth.jwks_status(),
+                        // The shared store, likewise: `failurePolicy` says what calls get meanwhile.
+                        "store": shared.store.load().as_ref().map(|s| s.status()),
                     }),
                 )
             }

@@ -10,7 +10,13 @@
 //!
 //! The store is never waited on for long: each operation has `timeoutMs`, and after a failure
 //! it is marked down for a backoff (200 ms doubling to 5 s) during which calls do not ask it
-//! and `failurePolicy` decides at once. The connection manager reconnects in the background.
+//! and `failurePolicy` decides at once. That backoff is the only retry: the connection manager
+//! makes one connection attempt per reconnect, so a refused connection (Redis restarting, a
+//! pod gone) fails the operation at once instead of holding it for `timeoutMs` while the
+//! manager's own retries run. After any failure the next try is on a new connection: the
+//! manager reconnects by itself only after an I/O error, so a password Redis refused (its
+//! Secret rotated before Redis), a primary demoted by a failover or a connection that no
+//! longer gets answers would otherwise be kept for good.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -99,13 +105,18 @@ pub enum Admission {
 pub struct Store {
     /// What it was built from (a reload with equal settings keeps the connection).
     pub settings: StoreSettings,
-    conn: ConnectionManager,
+    conn: arc_swap::ArcSwap<ConnectionManager>,
+    /// What a new connection manager is made from, after a failure.
+    client: redis::Client,
+    manager_config: ConnectionManagerConfig,
     timeout: Duration,
     admit: redis::Script,
     epoch: Instant,
     down_until_ms: AtomicU64,
     backoff_ms: AtomicU64,
     down: AtomicBool,
+    /// Why the last operation failed, while none has succeeded since (`/readyz` reports it).
+    last_error: std::sync::Mutex<Option<StoreError>>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -148,21 +159,23 @@ impl Store {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
             .set_response_timeout(Some(timeout))
-            .set_min_delay(Duration::from_millis(MIN_BACKOFF_MS))
-            .set_max_delay(Duration::from_millis(MAX_BACKOFF_MS))
-            .set_number_of_retries(6);
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            // One attempt per reconnect: `run`'s backoff decides when to try again.
+            .set_number_of_retries(0);
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
             .map_err(|e| format!("policy.rateLimit.store.redis: {e}"))?;
         METRICS.store_up.set(1);
         Ok(Self {
             settings,
-            conn,
+            conn: arc_swap::ArcSwap::from_pointee(conn),
+            client,
+            manager_config: config,
             timeout,
             admit: redis::Script::new(ADMIT),
             epoch: Instant::now(),
             down_until_ms: AtomicU64::new(0),
             backoff_ms: AtomicU64::new(MIN_BACKOFF_MS),
             down: AtomicBool::new(false),
+            last_error: std::sync::Mutex::new(None),
         })
     }
 
@@ -173,6 +186,19 @@ impl Store {
 
     fn key(&self, subject: &str, rest: &str) -> String {
         format!("{}{{{subject}}}:{rest}", self.settings.config.key_prefix)
+    }
+
+    /// The connection manager to use now (a cheap handle).
+    fn conn(&self) -> ConnectionManager {
+        ConnectionManager::clone(&self.conn.load())
+    }
+
+    /// Replaces the connection manager with a new one, which connects on its first use.
+    fn renew(&self) {
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.manager_config.clone()) {
+            Ok(m) => self.conn.store(std::sync::Arc::new(m)),
+            Err(e) => tracing::warn!(error = %e, "the shared store's connection could not be renewed"),
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -187,6 +213,26 @@ impl Store {
     /// Whether the last operation failed (and none has succeeded since).
     pub fn failing(&self) -> bool {
         self.down.load(Ordering::Relaxed)
+    }
+
+    /// Why the last operation failed, while none has succeeded since.
+    pub fn last_error(&self) -> Option<StoreError> {
+        self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The store's state for `/readyz`: reported, never failed on (failing readiness while
+    /// Redis is away would take every replica out at once, and `failurePolicy` already says
+    /// what calls get meanwhile).
+    pub fn status(&self) -> serde_json::Value {
+        let failing = self.failing();
+        serde_json::json!({
+            "up": !failing,
+            "lastError": self.last_error().filter(|_| failing).map(|e| match e {
+                StoreError::Down => "down".to_owned(),
+                StoreError::Timeout => format!("no answer within {} ms", self.timeout.as_millis()),
+                StoreError::Failed(m) => m,
+            }),
+        })
     }
 
     /// Runs one operation (`attempt` makes a fresh try of it) within `timeoutMs`. A connection
@@ -223,12 +269,15 @@ impl Store {
                 METRICS.store_operations.with_label_values(&[op, "ok"]).inc();
                 self.backoff_ms.store(MIN_BACKOFF_MS, Ordering::Relaxed);
                 if self.down.swap(false, Ordering::Relaxed) {
+                    *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     METRICS.store_up.set(1);
                     tracing::info!(op, "the shared store answers again");
                 }
             }
             Err(e) => {
                 let result = if *e == StoreError::Timeout { "timeout" } else { "error" };
+                self.renew();
+                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
                 METRICS.store_operations.with_label_values(&[op, result]).inc();
                 let backoff = self.backoff_ms.load(Ordering::Relaxed);
                 self.backoff_ms
@@ -271,7 +320,7 @@ impl Store {
         let inv = &inv;
         let (code, retry_us): (i64, u64) = self
             .run("admit", || {
-                let mut conn = self.conn.clone();
+                let mut conn = self.conn();
                 async move { inv.invoke_async(&mut conn).await }
             })
             .await?;
@@ -293,7 +342,7 @@ impl Store {
             .arg(ms);
         let cmd = &cmd;
         self.run("revoke", || {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn();
             async move { cmd.query_async::<()>(&mut conn).await }
         })
         .await
@@ -305,7 +354,7 @@ impl Store {
         cmd.arg(self.key(subject, &format!("rev:{handle}")));
         let cmd = &cmd;
         self.run("check_session", || {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn();
             async move { cmd.query_async::<bool>(&mut conn).await }
         })
         .await

@@ -15,6 +15,7 @@ use common::services::{Balancer, Redis};
 use common::{base_headers, client, send, Session};
 use http::StatusCode;
 use serde_json::{json, Value};
+use toolgate_proxy::store::StoreError;
 use toolgate_proxy::{start, Running, StartOptions};
 
 const KEY: &str = "ops-secret-key-1";
@@ -36,8 +37,7 @@ fn key_line(byte: u8) -> String {
 /// The config of every replica: sealed sessions with `key`, limits in `redis`. The store's
 /// timeout is 500 ms, not the 50 ms default: debug builds on a loaded machine can stall that
 /// long, and a store marked down would turn a shared limit local and a `DELETE` into a 503.
-/// While Redis is stopped, an operation waits out the timeout (the client keeps reconnecting),
-/// so the outage tests take that long per store operation that is not skipped.
+/// While Redis is stopped, an operation fails at once (its connection is refused).
 fn config(
     upstream: SocketAddr,
     dir: &std::path::Path,
@@ -320,9 +320,31 @@ async fn redis_down_falls_back_to_local_limits_without_hanging_and_recovers() {
     }
     assert!(m.store_fallbacks.with_label_values(&["local"]).get() >= local_before + 10);
     for r in c.replicas.iter().flatten() {
+        let store = r.shared.store.load_full().unwrap();
+        assert!(store.failing(), "every replica saw the store fail");
+        // A refused connection fails the operation at once: the client does not keep retrying
+        // its connection for the whole timeout.
+        let why = store.last_error();
         assert!(
-            r.shared.store.load().as_ref().unwrap().failing(),
-            "every replica saw the store fail"
+            matches!(&why, Some(StoreError::Failed(m)) if m.to_lowercase().contains("refused")),
+            "the store's last failure is the refusal, not a timeout: {why:?}"
+        );
+        let (_, _, body) = send(
+            &s.http,
+            "GET",
+            &format!("http://{}/readyz", r.admin_addr),
+            &[],
+            Bytes::new(),
+        )
+        .await;
+        let ready: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(ready["ready"], true, "readiness does not fail with the store: {ready}");
+        assert_eq!(ready["store"]["up"], false, "{ready}");
+        assert!(
+            ready["store"]["lastError"]
+                .as_str()
+                .is_some_and(|e| e.to_lowercase().contains("refused")),
+            "/readyz says why: {ready}"
         );
     }
 
@@ -340,6 +362,12 @@ async fn redis_down_falls_back_to_local_limits_without_hanging_and_recovers() {
         assert!(std::time::Instant::now() < deadline, "the store never came back");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The replica that counted it says so.
+    let back = c.replicas.iter().flatten().any(|r| {
+        let store = r.shared.store.load_full().unwrap();
+        !store.failing() && store.last_error().is_none() && store.status()["up"] == true
+    });
+    assert!(back, "a replica reports the store up again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -372,6 +400,63 @@ async fn redis_down_under_fail_closed_refuses_writes_and_serves_reads() {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["result"]["isError"], false, "reads go on: {body}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_the_password_is_used_once_redis_accepts_it() {
+    // The replicas have the next password before Redis does (its Secret was rotated first):
+    // Redis refuses them, which is not a broken connection the client would reconnect by itself.
+    let mut redis = Redis::start().await;
+    let current = redis.password.clone();
+    let next = format!("{current}-next");
+    redis.password = next.clone();
+    let mut c = Cluster::start_on(redis, "", "failClosed").await;
+    c.redis.password = current;
+    let s = c.session(c.lb.url()).await;
+    let write = |i: u64| call(i, "create_ticket", json!({"customerId": "42", "subject": "x"}));
+    // Each replica on its own (the balancer would spread the calls over replicas that have or
+    // have not yet tried).
+    for r in 0..3 {
+        let (status, _, body) = post_to(&s, &c.replica_url(r), &write(r as u64)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body["result"]["content"][0]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("rate_limit_unavailable")),
+            "failClosed refuses writes while Redis refuses the password: {body}"
+        );
+        let why = c.replicas[r]
+            .as_ref()
+            .unwrap()
+            .shared
+            .store
+            .load_full()
+            .unwrap()
+            .last_error();
+        assert!(
+            matches!(&why, Some(StoreError::Failed(m)) if m.contains("authentication failed")),
+            "the refusal is what replica {r}'s store reports: {why:?}"
+        );
+    }
+
+    c.redis.require_password(&next).await;
+    // Each replica tries again after its backoff (at most 5 s), on a new connection.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    for r in 0..3 {
+        for i in 10.. {
+            let (status, _, body) = post_to(&s, &c.replica_url(r), &write(i)).await;
+            assert_eq!(status, StatusCode::OK);
+            if body["result"]["isError"] == false {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replica {r} never used the store again: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(!c.redis.keys("toolgate:*:id").await.is_empty(), "counted in Redis");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

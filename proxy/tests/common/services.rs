@@ -239,6 +239,19 @@ impl Redis {
         redis::cmd("KEYS").arg(pattern).query_async(&mut c).await.unwrap()
     }
 
+    /// Makes the server require `password` from now on (connections already open stay).
+    pub async fn require_password(&mut self, password: &str) {
+        let mut c = self.connection().await.expect("redis answers");
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .query_async::<()>(&mut c)
+            .await
+            .unwrap();
+        self.password = password.to_owned();
+    }
+
     /// Kills the server (SIGKILL: no goodbye to clients) and holds its port.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
