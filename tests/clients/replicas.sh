@@ -110,6 +110,7 @@ EOF
   upstreams+="    server 127.0.0.1:$mcp max_fails=1 fail_timeout=60s;"$'\n'
 done
 
+LB_TOKEN="toolgate-balancer-$$-$RANDOM"
 cat >"$WORK/nginx.conf" <<EOF
 daemon off;
 master_process off;
@@ -130,6 +131,9 @@ $upstreams  }
   server {
     listen 127.0.0.1:$LB_PORT;
     access_log $WORK/nginx-upstreams.log upstream;
+    # Readiness: only this balancer answers with this token (a bare connect could reach
+    # another listener while nginx still retries its bind).
+    location = /.toolgate-balancer { access_log off; return 200 "$LB_TOKEN"; }
     location / {
       proxy_pass http://replicas;
       proxy_http_version 1.1;
@@ -145,9 +149,9 @@ EOF
 PIDS+=($!)
 
 say "waiting for every replica and the balancer"
-"$VENV_PYTHON" - "$LB_PORT" "${PORTS[@]:3}" <<'EOF' || die "the replicas did not become ready"
+"$VENV_PYTHON" - "$LB_PORT" "$LB_TOKEN" "${PORTS[@]:3}" <<'EOF' || die "the replicas did not become ready"
 import sys, time, urllib.request
-lb, ports = sys.argv[1], sys.argv[2:]
+lb, token, ports = sys.argv[1], sys.argv[2], sys.argv[3:]
 admins = ports[1::2]
 deadline = time.time() + 30
 def ok(url):
@@ -157,11 +161,11 @@ def ok(url):
         return False
 while time.time() < deadline:
     if all(ok(f"http://127.0.0.1:{a}/readyz") for a in admins):
-        import socket
         try:
-            socket.create_connection(("127.0.0.1", int(lb)), timeout=1).close()
-            sys.exit(0)
-        except OSError:
+            with urllib.request.urlopen(f"http://127.0.0.1:{lb}/.toolgate-balancer", timeout=1) as r:
+                if r.read().decode() == token:
+                    sys.exit(0)
+        except Exception:
             pass
     time.sleep(0.1)
 sys.exit(1)
