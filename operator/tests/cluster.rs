@@ -351,7 +351,8 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
     let c = client().await;
     let ns = namespace(&c, "e2e").await;
     let upstream = toolgate_example_service::spawn().await.expect("example service");
-    let (mcp_port, admin_port) = (free_port(), free_port());
+    // Held until the proxy listens on them, seconds from now.
+    let ((mcp_port, mcp_held), (admin_port, admin_held)) = (held_port(), held_port());
     let _: Deployment = apply(&c, &ns, deployment("shop")).await;
     let _: McpTool = apply(
         &c,
@@ -406,6 +407,7 @@ async fn an_mcp_client_calls_tools_through_the_rendered_config_and_sees_edits_wi
         http_get(admin, "/readyz").filter(|body| body.contains("\"generation\""))
     })
     .await;
+    drop((mcp_held, admin_held));
 
     let url = format!("http://127.0.0.1:{mcp_port}/mcp");
     let first = mcp_client(&url, Some(("get_customer", json!({"id": "42"}))));

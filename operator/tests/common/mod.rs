@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -266,17 +266,25 @@ pub fn tool(object: &str, name: &str, extra: Value) -> Value {
     json!({"apiVersion": "toolgate.dev/v1alpha1", "kind": "McpTool", "metadata": {"name": object}, "spec": spec})
 }
 
-/// A loopback port nothing listens on now, never the same one twice in this process. Two picks
-/// in a row otherwise return the same port about once in 7,000 (binds to port 0 with
-/// SO_REUSEADDR draw from half the ephemeral range), and two operators then race for it under
-/// one lease identity.
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
+/// The ports [`held_port`] gave out. Binds to port 0 draw from half the ephemeral range, so two
+/// picks in a row would otherwise return the same port about once in 7,000, and two operators
+/// then race for it under one lease identity.
+static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A free loopback port (never one given before in this process) held bound without
+/// listening, for a process started later to listen on: while the socket is kept, no bind to
+/// port 0 and no outgoing connection in this process is given the port, and the process can
+/// still bind it by number beside the socket (both reuse the address). Drop the socket once
+/// that process listens.
+pub fn held_port() -> (u16, tokio::net::TcpSocket) {
     loop {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_reuseaddr(true).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
         if GIVEN.lock().unwrap().insert(port) {
-            return port;
+            return (port, socket);
         }
     }
 }
@@ -284,6 +292,8 @@ pub fn free_port() -> u16 {
 /// A `toolgate-operator` process watching one namespace.
 pub struct Operator {
     child: Child,
+    /// The admin port, held for the operator's lifetime (it listens beside the socket).
+    _held: tokio::net::TcpSocket,
     pub admin: SocketAddr,
     pub log: PathBuf,
 }
@@ -296,7 +306,8 @@ fn operator_log() -> String {
 impl Operator {
     /// Starts the operator with `kubeconfig` and exactly `args` (plus a loopback admin port).
     pub fn start_as(kubeconfig: &Path, args: &[&str]) -> Self {
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let (port, held) = held_port();
+        let admin = SocketAddr::from(([127, 0, 0, 1], port));
         let log = control_plane().dir.join(format!("operator-sa-{}.log", admin.port()));
         let out = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
@@ -313,12 +324,18 @@ impl Operator {
             .stderr(out)
             .spawn()
             .expect("start toolgate-operator");
-        Self { child, admin, log }
+        Self {
+            child,
+            admin,
+            log,
+            _held: held,
+        }
     }
 
     /// Starts the operator for `ns` with lease `<ns>/<lease>`.
     pub fn start(ns: &str, lease: &str, extra: &[&str]) -> Self {
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let (port, held) = held_port();
+        let admin = SocketAddr::from(([127, 0, 0, 1], port));
         let log = control_plane().dir.join(format!("operator-{ns}-{}.log", admin.port()));
         let out = std::fs::File::create(&log).expect("log file");
         let child = Command::new(env!("CARGO_BIN_EXE_toolgate-operator"))
@@ -337,7 +354,12 @@ impl Operator {
             .stderr(out)
             .spawn()
             .expect("start toolgate-operator");
-        Self { child, admin, log }
+        Self {
+            child,
+            admin,
+            log,
+            _held: held,
+        }
     }
 
     /// Sends `signal` and waits for the process to exit.
