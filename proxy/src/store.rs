@@ -12,14 +12,17 @@
 //! it is marked down for a backoff (200 ms doubling to 5 s) during which calls do not ask it
 //! and `failurePolicy` decides at once. That backoff is the only retry: the connection manager
 //! makes one connection attempt per reconnect, so a refused connection (Redis restarting, a
-//! pod gone) fails the operation at once instead of holding it for `timeoutMs` while the
-//! manager's own retries run. After any failure the next try is on a new connection: the
-//! manager reconnects by itself only after an I/O error, so a password Redis refused (its
-//! Secret rotated before Redis), a primary demoted by a failover or a connection that no
-//! longer gets answers would otherwise be kept for good.
+//! Service without ready endpoints) fails the operation at once instead of holding it for `timeoutMs` while the
+//! manager's own retries run. After a failure the next try is on a new connection, made (and
+//! the script loaded) in the background meanwhile: the manager reconnects by itself only after
+//! an I/O error, so a password Redis refused (its Secret rotated before Redis), a primary
+//! demoted by a failover or a connection that no longer gets answers would otherwise be kept
+//! for good. A connection younger than its connect timeout is not given up on a timeout, so a
+//! connect slower than `timeoutMs` still completes.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -105,18 +108,27 @@ pub enum Admission {
 pub struct Store {
     /// What it was built from (a reload with equal settings keeps the connection).
     pub settings: StoreSettings,
-    conn: arc_swap::ArcSwap<ConnectionManager>,
+    conn: arc_swap::ArcSwap<Managed>,
     /// What a new connection manager is made from, after a failure.
     client: redis::Client,
     manager_config: ConnectionManagerConfig,
     timeout: Duration,
+    /// The longest a connection may take to be made.
+    connect_timeout: Duration,
     admit: redis::Script,
     epoch: Instant,
     down_until_ms: AtomicU64,
     backoff_ms: AtomicU64,
+    /// Set and cleared only with `last_error` locked, so the two always agree.
     down: AtomicBool,
     /// Why the last operation failed, while none has succeeded since (`/readyz` reports it).
     last_error: std::sync::Mutex<Option<StoreError>>,
+}
+
+/// A connection manager and when it was made.
+struct Managed {
+    conn: ConnectionManager,
+    made: Instant,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -156,8 +168,9 @@ impl Store {
         }
         .map_err(|e| format!("policy.rateLimit.store.redis: {e}"))?;
         let timeout = Duration::from_millis(c.timeout_ms.max(1));
+        let connect_timeout = timeout.max(Duration::from_secs(1));
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout.max(Duration::from_secs(1))))
+            .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(timeout))
             // One attempt per reconnect: `run`'s backoff decides when to try again.
             .set_number_of_retries(0);
@@ -166,10 +179,14 @@ impl Store {
         METRICS.store_up.set(1);
         Ok(Self {
             settings,
-            conn: arc_swap::ArcSwap::from_pointee(conn),
+            conn: arc_swap::ArcSwap::from_pointee(Managed {
+                conn,
+                made: Instant::now(),
+            }),
             client,
             manager_config: config,
             timeout,
+            connect_timeout,
             admit: redis::Script::new(ADMIT),
             epoch: Instant::now(),
             down_until_ms: AtomicU64::new(0),
@@ -188,16 +205,28 @@ impl Store {
         format!("{}{{{subject}}}:{rest}", self.settings.config.key_prefix)
     }
 
-    /// The connection manager to use now (a cheap handle).
-    fn conn(&self) -> ConnectionManager {
-        ConnectionManager::clone(&self.conn.load())
-    }
-
-    /// Replaces the connection manager with a new one, which connects on its first use.
-    fn renew(&self) {
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.manager_config.clone()) {
-            Ok(m) => self.conn.store(std::sync::Arc::new(m)),
-            Err(e) => tracing::warn!(error = %e, "the shared store's connection could not be renewed"),
+    /// Replaces `used` (the manager an operation failed on) with a new one, unless another
+    /// failure did already, and makes its connection and loads the script in the background:
+    /// the next try, after the backoff, then finds them ready.
+    fn renew(&self, used: &Arc<Managed>) {
+        let conn = match ConnectionManager::new_lazy_with_config(self.client.clone(), self.manager_config.clone()) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "the shared store's connection could not be renewed");
+                return;
+            }
+        };
+        let fresh = Arc::new(Managed {
+            conn,
+            made: Instant::now(),
+        });
+        let prev = self.conn.compare_and_swap(used, Arc::clone(&fresh));
+        if Arc::ptr_eq(&prev, used) {
+            let (mut conn, script) = (fresh.conn.clone(), self.admit.clone());
+            tokio::spawn(async move {
+                // Its outcome shows in the next operation; a failure here is not one.
+                let _ = script.load_async(&mut conn).await;
+            });
         }
     }
 
@@ -217,18 +246,22 @@ impl Store {
 
     /// Why the last operation failed, while none has succeeded since.
     pub fn last_error(&self) -> Option<StoreError> {
-        self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.last_error_slot().clone()
+    }
+
+    fn last_error_slot(&self) -> std::sync::MutexGuard<'_, Option<StoreError>> {
+        self.last_error.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The store's state for `/readyz`: reported, never failed on (failing readiness while
     /// Redis is away would take every replica out at once, and `failurePolicy` already says
     /// what calls get meanwhile).
     pub fn status(&self) -> serde_json::Value {
-        let failing = self.failing();
+        let last = self.last_error();
         serde_json::json!({
-            "up": !failing,
-            "lastError": self.last_error().filter(|_| failing).map(|e| match e {
-                StoreError::Down => "down".to_owned(),
+            "up": last.is_none(),
+            "lastError": last.map(|e| match e {
+                StoreError::Down => "marked down".to_owned(),
                 StoreError::Timeout => format!("no answer within {} ms", self.timeout.as_millis()),
                 StoreError::Failed(m) => m,
             }),
@@ -240,7 +273,7 @@ impl Store {
     /// manager reconnects at once and one more try fits in the same deadline.
     async fn run<T, F, Fut>(&self, op: &'static str, attempt: F) -> Result<T, StoreError>
     where
-        F: Fn() -> Fut,
+        F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         if self.is_down() {
@@ -248,9 +281,12 @@ impl Store {
             return Err(StoreError::Down);
         }
         let started = Instant::now();
+        let used = self.conn.load_full();
         let tries = async {
-            match attempt().await {
-                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => attempt().await,
+            match attempt(used.conn.clone()).await {
+                Err(e) if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() => {
+                    attempt(used.conn.clone()).await
+                }
                 other => other,
             }
         };
@@ -268,23 +304,34 @@ impl Store {
             Ok(_) => {
                 METRICS.store_operations.with_label_values(&[op, "ok"]).inc();
                 self.backoff_ms.store(MIN_BACKOFF_MS, Ordering::Relaxed);
-                if self.down.swap(false, Ordering::Relaxed) {
-                    *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                    METRICS.store_up.set(1);
-                    tracing::info!(op, "the shared store answers again");
+                // The lock only on the way back up, never on the path of every call.
+                if self.down.load(Ordering::Relaxed) {
+                    let mut last = self.last_error_slot();
+                    if self.down.swap(false, Ordering::Relaxed) {
+                        *last = None;
+                        METRICS.store_up.set(1);
+                        tracing::info!(op, "the shared store answers again");
+                    }
                 }
             }
             Err(e) => {
                 let result = if *e == StoreError::Timeout { "timeout" } else { "error" };
-                self.renew();
-                *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
+                // A timeout on a connection still being made is no reason to start over.
+                if *e != StoreError::Timeout || used.made.elapsed() >= self.connect_timeout {
+                    self.renew(&used);
+                }
                 METRICS.store_operations.with_label_values(&[op, result]).inc();
                 let backoff = self.backoff_ms.load(Ordering::Relaxed);
                 self.backoff_ms
                     .store((backoff * 2).min(MAX_BACKOFF_MS), Ordering::Relaxed);
                 self.down_until_ms
                     .store(self.now_ms().saturating_add(backoff), Ordering::Relaxed);
-                if !self.down.swap(true, Ordering::Relaxed) {
+                let was_down = {
+                    let mut last = self.last_error_slot();
+                    *last = Some(e.clone());
+                    self.down.swap(true, Ordering::Relaxed)
+                };
+                if !was_down {
                     METRICS.store_up.set(0);
                     let policy = match self.failure_policy() {
                         FailurePolicy::FailOpen => "failOpen: limits are counted on each replica",
@@ -319,10 +366,7 @@ impl Store {
         }
         let inv = &inv;
         let (code, retry_us): (i64, u64) = self
-            .run("admit", || {
-                let mut conn = self.conn();
-                async move { inv.invoke_async(&mut conn).await }
-            })
+            .run("admit", |mut conn| async move { inv.invoke_async(&mut conn).await })
             .await?;
         Ok(match code {
             0 => Admission::Admitted,
@@ -341,10 +385,10 @@ impl Store {
             .arg("PX")
             .arg(ms);
         let cmd = &cmd;
-        self.run("revoke", || {
-            let mut conn = self.conn();
-            async move { cmd.query_async::<()>(&mut conn).await }
-        })
+        self.run(
+            "revoke",
+            |mut conn| async move { cmd.query_async::<()>(&mut conn).await },
+        )
         .await
     }
 
@@ -353,9 +397,8 @@ impl Store {
         let mut cmd = redis::cmd("EXISTS");
         cmd.arg(self.key(subject, &format!("rev:{handle}")));
         let cmd = &cmd;
-        self.run("check_session", || {
-            let mut conn = self.conn();
-            async move { cmd.query_async::<bool>(&mut conn).await }
+        self.run("check_session", |mut conn| async move {
+            cmd.query_async::<bool>(&mut conn).await
         })
         .await
     }

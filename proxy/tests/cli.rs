@@ -262,8 +262,17 @@ async fn a_shutdown_delay_keeps_serving_with_readiness_failing() {
 
 /// Sends one MCP POST with `body` on a new HTTP/1.1 connection that asks to be kept alive, and
 /// returns the whole answer (lowercased), read until the proxy closes the connection: within a
-/// second of the answer, or the test fails.
+/// second of the answer, or the test fails (as it does if no answer comes within 10 s).
 async fn raw_keep_alive(mcp: std::net::SocketAddr, body: String, extra_headers: String) -> String {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        raw_keep_alive_exchange(mcp, body, extra_headers),
+    )
+    .await
+    .expect("an answer within 10 s")
+}
+
+async fn raw_keep_alive_exchange(mcp: std::net::SocketAddr, body: String, extra_headers: String) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut c = tokio::net::TcpStream::connect(mcp).await.unwrap();
     let head = format!(

@@ -81,7 +81,6 @@ fn write_config(path: &Path, text: impl AsRef<[u8]>) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-/// Requests the example service on `upstream` has received, the one asking included.
 /// Refusals are counted in one process-wide series, so a test waiting for its own file to be
 /// refused holds this: another test's refusal then cannot end the wait early (the other tests
 /// write only valid configs, each at once).
