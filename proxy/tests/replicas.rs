@@ -460,6 +460,52 @@ async fn a_store_that_refuses_the_password_is_used_once_redis_accepts_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_stops_answering_is_used_again_once_it_answers() {
+    let c = Cluster::start("").await;
+    let s = c.session(c.lb.url()).await;
+    let read = |i: u64| call(i, "get_customer", json!({"customerId": "42"}));
+    for r in 0..3 {
+        let (status, _, _) = post_to(&s, &c.replica_url(r), &read(r as u64)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Connections older than their connect timeout (1 s): a timeout on them makes new ones.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    c.redis.pause(true);
+    for r in 0..3 {
+        let (status, _, body) = post_to(&s, &c.replica_url(r), &read(10 + r as u64)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["result"]["isError"], false, "failOpen serves: {body}");
+        let why = c.replicas[r]
+            .as_ref()
+            .unwrap()
+            .shared
+            .store
+            .load_full()
+            .unwrap()
+            .last_error();
+        assert_eq!(why, Some(StoreError::Timeout), "replica {r}");
+    }
+    c.redis.pause(false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    for r in 0..3 {
+        let store = c.replicas[r].as_ref().unwrap().shared.store.load_full().unwrap();
+        for i in 100.. {
+            let (status, _, _) = post_to(&s, &c.replica_url(r), &read(i)).await;
+            assert_eq!(status, StatusCode::OK);
+            if !store.failing() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "replica {r} never used the store again: {:?}",
+                store.last_error()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tls_redis_with_an_acl_user_shares_the_limit_and_a_server_of_another_ca_is_refused() {
     let c = Cluster::start_on(
         Redis::start_tls().await,

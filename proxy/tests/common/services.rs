@@ -252,6 +252,18 @@ impl Redis {
         self.password = password.to_owned();
     }
 
+    /// Pauses (`true`, SIGSTOP) or resumes (`false`, SIGCONT) the server: paused, it accepts
+    /// connections (the kernel does) and answers nothing.
+    pub fn pause(&self, paused: bool) {
+        let child = self.child.as_ref().expect("redis-server runs");
+        let signal = if paused { "-STOP" } else { "-CONT" };
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal}");
+    }
+
     /// Kills the server (SIGKILL: no goodbye to clients) and holds its port.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
