@@ -125,6 +125,15 @@ pub struct Store {
     last_error: std::sync::Mutex<Option<StoreError>>,
 }
 
+/// Makes `conn`'s connection and loads `script` on it, in the background. Its outcome shows in
+/// the next operation; a failure here is not one.
+fn warm(conn: &ConnectionManager, script: &redis::Script) {
+    let (mut conn, script) = (conn.clone(), script.clone());
+    tokio::spawn(async move {
+        let _ = script.load_async(&mut conn).await;
+    });
+}
+
 /// A connection manager and when it was made.
 struct Managed {
     conn: ConnectionManager,
@@ -176,6 +185,10 @@ impl Store {
             .set_number_of_retries(0);
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
             .map_err(|e| format!("policy.rateLimit.store.redis: {e}"))?;
+        let admit = redis::Script::new(ADMIT);
+        // Connected and the script loaded before the first call, rather than within its
+        // `timeoutMs` (a TLS handshake alone can take longer than the 50 ms default).
+        warm(&conn, &admit);
         METRICS.store_up.set(1);
         Ok(Self {
             settings,
@@ -187,7 +200,7 @@ impl Store {
             manager_config: config,
             timeout,
             connect_timeout,
-            admit: redis::Script::new(ADMIT),
+            admit,
             epoch: Instant::now(),
             down_until_ms: AtomicU64::new(0),
             backoff_ms: AtomicU64::new(MIN_BACKOFF_MS),
@@ -222,11 +235,7 @@ impl Store {
         });
         let prev = self.conn.compare_and_swap(used, Arc::clone(&fresh));
         if Arc::ptr_eq(&prev, used) {
-            let (mut conn, script) = (fresh.conn.clone(), self.admit.clone());
-            tokio::spawn(async move {
-                // Its outcome shows in the next operation; a failure here is not one.
-                let _ = script.load_async(&mut conn).await;
-            });
+            warm(&fresh.conn, &self.admit);
         }
     }
 

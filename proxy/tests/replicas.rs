@@ -460,6 +460,26 @@ async fn a_store_that_refuses_the_password_is_used_once_redis_accepts_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_connects_and_loads_its_script_before_its_first_call() {
+    // Not within the first call's timeoutMs: a TLS handshake alone can take longer than 50 ms.
+    let c = Cluster::start("").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let clients = c.redis.client_list().await;
+        let loaded = clients.lines().filter(|l| l.contains(" cmd=script")).count();
+        if loaded == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every replica loaded the script before a call: {clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(c.redis.keys("toolgate:*").await.is_empty(), "no call was made");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_stops_answering_is_used_again_once_it_answers() {
     let c = Cluster::start("").await;
     let s = c.session(c.lb.url()).await;

@@ -239,6 +239,12 @@ impl Redis {
         redis::cmd("KEYS").arg(pattern).query_async(&mut c).await.unwrap()
     }
 
+    /// `CLIENT LIST`: one line per connection, with the last command it sent (`cmd=`).
+    pub async fn client_list(&self) -> String {
+        let mut c = self.connection().await.expect("redis answers");
+        redis::cmd("CLIENT").arg("LIST").query_async(&mut c).await.unwrap()
+    }
+
     /// Makes the server require `password` from now on (connections already open stay).
     pub async fn require_password(&mut self, password: &str) {
         let mut c = self.connection().await.expect("redis answers");
