@@ -10,15 +10,17 @@
 //!
 //! The store is never waited on for long: each operation has `timeoutMs`, and after a failure
 //! it is marked down for a backoff (200 ms doubling to 5 s) during which calls do not ask it
-//! and `failurePolicy` decides at once. That backoff is the only retry: the connection manager
-//! makes one connection attempt per reconnect, so a refused connection (Redis restarting, a
-//! Service without ready endpoints) fails the operation at once instead of holding it for `timeoutMs` while the
-//! manager's own retries run. After a failure the next try is on a new connection, made (and
-//! the script loaded) in the background meanwhile: the manager reconnects by itself only after
-//! an I/O error, so a password Redis refused (its Secret rotated before Redis), a primary
-//! demoted by a failover or a connection that no longer gets answers would otherwise be kept
-//! for good. A connection younger than its connect timeout is not given up on a timeout, so a
-//! connect slower than `timeoutMs` still completes.
+//! and `failurePolicy` decides at once. Across operations that backoff is the only retry (within
+//! one, a connection found broken is tried once more): the connection manager makes one
+//! connection attempt per reconnect, so a refused connection (Redis restarting, a Service
+//! without ready endpoints) fails the operation at once instead of holding it for `timeoutMs`
+//! while the manager's own retries run. After a failure the next try is on a new connection,
+//! made (and the script loaded) in the background meanwhile: the manager reconnects by itself
+//! only after an I/O error, so a password Redis refused (its Secret rotated before Redis), a
+//! primary demoted by a failover or a connection that no longer gets answers would otherwise be
+//! kept for good. A connection younger than its connect timeout is not given up on a timeout,
+//! so a connect slower than `timeoutMs` still completes. The first connection is made the same
+//! way as soon as the store is built, not within the first call's `timeoutMs`.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -222,6 +224,9 @@ impl Store {
     /// failure did already, and makes its connection and loads the script in the background:
     /// the next try, after the backoff, then finds them ready.
     fn renew(&self, used: &Arc<Managed>) {
+        if !Arc::ptr_eq(&self.conn.load(), used) {
+            return;
+        }
         let conn = match ConnectionManager::new_lazy_with_config(self.client.clone(), self.manager_config.clone()) {
             Ok(m) => m,
             Err(e) => {

@@ -490,6 +490,7 @@ async fn a_redis_that_stops_answering_is_used_again_once_it_answers() {
     }
     // Connections older than their connect timeout (1 s): a timeout on them makes new ones.
     tokio::time::sleep(Duration::from_millis(1100)).await;
+    let newest_before = client_ids(&c.redis.client_list().await).max().unwrap();
     c.redis.pause(true);
     for r in 0..3 {
         let (status, _, body) = post_to(&s, &c.replica_url(r), &read(10 + r as u64)).await;
@@ -523,6 +524,23 @@ async fn a_redis_that_stops_answering_is_used_again_once_it_answers() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    // Each on a connection made since: a response timeout alone would have kept the old one,
+    // which works again too, but one that no longer gets answers (dropped packets) would not.
+    let clients = c.redis.client_list().await;
+    let renewed = clients
+        .lines()
+        .filter(|l| l.contains(" cmd=evalsha") && client_ids(l).all(|id| id > newest_before))
+        .count();
+    assert!(renewed >= 3, "every replica renewed its connection: {clients}");
+}
+
+/// The `id=` of each line of `CLIENT LIST`.
+fn client_ids(list: &str) -> impl Iterator<Item = u64> + '_ {
+    list.lines().filter_map(|l| {
+        l.split(' ')
+            .find_map(|f| f.strip_prefix("id="))
+            .and_then(|id| id.parse().ok())
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
