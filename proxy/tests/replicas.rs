@@ -102,6 +102,11 @@ impl Cluster {
         }
     }
 
+    /// Replica `i`'s shared store.
+    fn store(&self, i: usize) -> std::sync::Arc<toolgate_proxy::store::Store> {
+        self.replicas[i].as_ref().unwrap().shared.store.load_full().unwrap()
+    }
+
     fn replica_url(&self, i: usize) -> String {
         format!("http://{}/mcp", self.replicas[i].as_ref().unwrap().mcp_addr)
     }
@@ -425,14 +430,7 @@ async fn a_store_that_refuses_the_password_is_used_once_redis_accepts_it() {
                 .is_some_and(|t| t.contains("rate_limit_unavailable")),
             "failClosed refuses writes while Redis refuses the password: {body}"
         );
-        let why = c.replicas[r]
-            .as_ref()
-            .unwrap()
-            .shared
-            .store
-            .load_full()
-            .unwrap()
-            .last_error();
+        let why = c.store(r).last_error();
         assert!(
             matches!(&why, Some(StoreError::Failed(m)) if m.contains("authentication failed")),
             "the refusal is what replica {r}'s store reports: {why:?}"
@@ -496,20 +494,13 @@ async fn a_redis_that_stops_answering_is_used_again_once_it_answers() {
         let (status, _, body) = post_to(&s, &c.replica_url(r), &read(10 + r as u64)).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body["result"]["isError"], false, "failOpen serves: {body}");
-        let why = c.replicas[r]
-            .as_ref()
-            .unwrap()
-            .shared
-            .store
-            .load_full()
-            .unwrap()
-            .last_error();
+        let why = c.store(r).last_error();
         assert_eq!(why, Some(StoreError::Timeout), "replica {r}");
     }
     c.redis.pause(false);
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     for r in 0..3 {
-        let store = c.replicas[r].as_ref().unwrap().shared.store.load_full().unwrap();
+        let store = c.store(r);
         for i in 100.. {
             let (status, _, _) = post_to(&s, &c.replica_url(r), &read(i)).await;
             assert_eq!(status, StatusCode::OK);
